@@ -1,0 +1,552 @@
+//! Pod cgroups: kubelet's `podContainerManagerImpl.Destroy` / `killOnePid`
+//! (`cm/pod_container_manager_linux.go`), `cgroupManagerImpl.Name`/`CgroupName.ToSystemd`
+//! (`cm/cgroup_manager_linux.go`) and libcontainer's cgroup removal.
+//!
+//! Invariants:
+//! * cgroup v1, v2 and hybrid hosts are handled alike: every `cgroup`/`cgroup2` mount from
+//!   mountinfo is a hierarchy, and the pod cgroup is removed from each;
+//! * names follow the kubelet for both drivers and all QoS classes; every path is built from a
+//!   validated [`PodUid`] and checked components, and is verified to stay below
+//!   `<hierarchy>/<cgroup-root>` before anything is touched;
+//! * processes left in the tree are SIGKILLed (cgroup v2 `cgroup.kill` when present; per pid
+//!   through a pidfd re-checked for membership, so a reused pid is never hit), then the
+//!   directories are removed deepest first; ESRCH and ENOENT mean done, so destroy is
+//!   idempotent.
+
+use crate::pod::{PodUid, QosClass};
+use crate::volumes::MountInfo;
+use std::io::ErrorKind;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("invalid cgroup root {root:?}: {why}")]
+    InvalidRoot { root: String, why: &'static str },
+    #[error("pod {uid}: cgroup {path} could not be removed: {source}")]
+    Remove {
+        uid: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("pod {uid}: cgroup {path} still has processes {pids:?} after {passes} kill passes")]
+    Busy {
+        uid: String,
+        path: PathBuf,
+        pids: Vec<i32>,
+        passes: u32,
+    },
+    #[error("path {0} would leave the cgroup root")]
+    Escape(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+/// cgroup version of one hierarchy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub mount_point: PathBuf,
+    pub version: CgroupVersion,
+}
+
+/// The host's cgroup mode, for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupMode {
+    V1,
+    V2,
+    Hybrid,
+    None,
+}
+
+/// Every cgroup hierarchy mounted, from mountinfo entries.
+pub fn hierarchies(mounts: &[MountInfo]) -> Vec<Hierarchy> {
+    let mut out: Vec<Hierarchy> = mounts
+        .iter()
+        .filter_map(|m| {
+            let version = match m.fs_type.as_str() {
+                "cgroup" => CgroupVersion::V1,
+                "cgroup2" => CgroupVersion::V2,
+                _ => return None,
+            };
+            Some(Hierarchy {
+                mount_point: m.mount_point.clone(),
+                version,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.mount_point.cmp(&b.mount_point));
+    out.dedup_by(|a, b| a.mount_point == b.mount_point);
+    out
+}
+
+pub fn mode(h: &[Hierarchy]) -> CgroupMode {
+    let v1 = h.iter().any(|h| h.version == CgroupVersion::V1);
+    let v2 = h.iter().any(|h| h.version == CgroupVersion::V2);
+    match (v1, v2) {
+        (true, true) => CgroupMode::Hybrid,
+        (true, false) => CgroupMode::V1,
+        (false, true) => CgroupMode::V2,
+        (false, false) => CgroupMode::None,
+    }
+}
+
+/// How pod cgroups are named: the driver and the kubelet's `--cgroup-root`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupNaming {
+    driver: CgroupDriver,
+    /// Components of the cgroup root (`/` → none).
+    root: Vec<String>,
+}
+
+impl CgroupNaming {
+    /// `cgroup_root` is absolute (`/`, `/reaplet-testbed`, or with the systemd driver a slice
+    /// path such as `/custom.slice`).
+    pub fn new(driver: CgroupDriver, cgroup_root: &str) -> Result<Self, CgroupError> {
+        let bad = |why| CgroupError::InvalidRoot {
+            root: cgroup_root.to_owned(),
+            why,
+        };
+        if !cgroup_root.starts_with('/') {
+            return Err(bad("must be absolute"));
+        }
+        let mut root = Vec::new();
+        for part in cgroup_root.split('/').filter(|p| !p.is_empty()) {
+            if part == "." || part == ".." {
+                return Err(bad("must not contain . or .."));
+            }
+            if !part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@:".contains(&b))
+            {
+                return Err(bad("only letters, digits and -_.@: are allowed"));
+            }
+            let comp = match driver {
+                CgroupDriver::Cgroupfs => part.to_owned(),
+                // a systemd slice path: each level repeats its parent's prefix
+                CgroupDriver::Systemd => {
+                    let s = part
+                        .strip_suffix(".slice")
+                        .ok_or(bad("systemd driver needs .slice components"))?;
+                    s.rsplit('-').next().unwrap_or(s).to_owned()
+                }
+            };
+            if comp.is_empty() {
+                return Err(bad("empty component"));
+            }
+            root.push(comp);
+        }
+        Ok(Self { driver, root })
+    }
+
+    pub fn driver(&self) -> CgroupDriver {
+        self.driver
+    }
+
+    /// The pod cgroup's path relative to a hierarchy's mount point.
+    pub fn pod_cgroup(&self, uid: &PodUid, qos: QosClass) -> PathBuf {
+        let mut comps: Vec<String> = self.root.clone();
+        comps.push("kubepods".into());
+        match qos {
+            QosClass::Guaranteed => {}
+            QosClass::Burstable => comps.push("burstable".into()),
+            QosClass::BestEffort => comps.push("besteffort".into()),
+        }
+        comps.push(format!("pod{}", uid.as_str()));
+        match self.driver {
+            CgroupDriver::Cgroupfs => comps.iter().collect(),
+            CgroupDriver::Systemd => {
+                let mut path = PathBuf::new();
+                let mut prefix = String::new();
+                for c in comps {
+                    if !prefix.is_empty() {
+                        prefix.push('-');
+                    }
+                    prefix.push_str(&c.replace('-', "_"));
+                    path.push(format!("{prefix}.slice"));
+                }
+                path
+            }
+        }
+    }
+
+    /// The cgroup root relative to a hierarchy's mount point.
+    pub fn root_path(&self) -> PathBuf {
+        match self.driver {
+            CgroupDriver::Cgroupfs => self.root.iter().collect(),
+            CgroupDriver::Systemd => {
+                let mut path = PathBuf::new();
+                let mut prefix = String::new();
+                for c in &self.root {
+                    if !prefix.is_empty() {
+                        prefix.push('-');
+                    }
+                    prefix.push_str(&c.replace('-', "_"));
+                    path.push(format!("{prefix}.slice"));
+                }
+                path
+            }
+        }
+    }
+}
+
+/// Joins `rel` below `mount`, refusing anything that could leave it.
+pub fn contained(mount: &Path, root: &Path, rel: &Path) -> Result<PathBuf, CgroupError> {
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(CgroupError::Escape(rel.to_owned()));
+    }
+    let full = mount.join(rel);
+    if !full.starts_with(mount.join(root)) {
+        return Err(CgroupError::Escape(full));
+    }
+    Ok(full)
+}
+
+/// Destroys pod cgroups in every hierarchy.
+#[derive(Debug, Clone)]
+pub struct CgroupManager {
+    hierarchies: Vec<Hierarchy>,
+    naming: CgroupNaming,
+}
+
+/// What a destroy did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DestroyReport {
+    pub removed_dirs: usize,
+    pub killed_pids: usize,
+}
+
+impl CgroupManager {
+    pub fn new(hierarchies: Vec<Hierarchy>, naming: CgroupNaming) -> Self {
+        Self {
+            hierarchies,
+            naming,
+        }
+    }
+
+    /// Reads the hierarchies from a mountinfo file (`/proc/self/mountinfo` in production).
+    pub fn from_mountinfo(path: &Path, naming: CgroupNaming) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(Self::new(
+            hierarchies(&crate::volumes::parse_mountinfo(&text)),
+            naming,
+        ))
+    }
+
+    pub fn hierarchies(&self) -> &[Hierarchy] {
+        &self.hierarchies
+    }
+
+    pub fn naming(&self) -> &CgroupNaming {
+        &self.naming
+    }
+
+    /// Every existing pod cgroup directory of `uid` (all QoS classes, all hierarchies).
+    pub fn existing(&self, uid: &PodUid) -> Result<Vec<(Hierarchy, PathBuf)>, CgroupError> {
+        let root = self.naming.root_path();
+        let mut out = Vec::new();
+        for h in &self.hierarchies {
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                let dir = contained(&h.mount_point, &root, &self.naming.pod_cgroup(uid, qos))?;
+                if dir.is_dir() {
+                    out.push((h.clone(), dir));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Kills every process left in the pod's cgroups and removes them, deepest first, in
+    /// every hierarchy. Idempotent.
+    pub async fn destroy(&self, uid: &PodUid) -> Result<DestroyReport, CgroupError> {
+        const PASSES: u32 = 10;
+        let mut report = DestroyReport::default();
+        let dirs = self.existing(uid)?;
+        // kill first, everywhere (v2's cgroup.kill covers the whole subtree at once)
+        for (h, dir) in &dirs {
+            if h.version == CgroupVersion::V2 && dir.join("cgroup.kill").exists() {
+                let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            }
+            thaw_v1(dir);
+        }
+        for (_, dir) in &dirs {
+            let mut pass = 0;
+            loop {
+                let pids = procs_tree(dir);
+                if pids.is_empty() {
+                    break;
+                }
+                pass += 1;
+                if pass > PASSES {
+                    return Err(CgroupError::Busy {
+                        uid: uid.to_string(),
+                        path: dir.clone(),
+                        pids,
+                        passes: PASSES,
+                    });
+                }
+                for (cg, pid) in &pids_with_dirs(dir) {
+                    if kill_member(cg, *pid) {
+                        report.killed_pids += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(pass))).await;
+            }
+            report.removed_dirs += remove_tree(uid, dir).await?;
+        }
+        Ok(report)
+    }
+}
+
+/// v1 freezer: a frozen cgroup's processes cannot die until thawed.
+fn thaw_v1(dir: &Path) {
+    for d in walk_post_order(dir) {
+        let f = d.join("freezer.state");
+        if let Ok(s) = std::fs::read_to_string(&f)
+            && s.trim() != "THAWED"
+        {
+            let _ = std::fs::write(&f, "THAWED");
+        }
+    }
+}
+
+/// Directories below and including `dir`, children before parents.
+fn walk_post_order(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), false)];
+    while let Some((d, visited)) = stack.pop() {
+        if visited {
+            out.push(d);
+            continue;
+        }
+        stack.push((d.clone(), true));
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                // file_type() does not follow symlinks: cgroupfs has none, a fixture might
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), false));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn read_procs(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .filter(|p| *p > 0)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pids_with_dirs(dir: &Path) -> Vec<(PathBuf, i32)> {
+    walk_post_order(dir)
+        .into_iter()
+        .flat_map(|d| read_procs(&d).into_iter().map(move |p| (d.clone(), p)))
+        .collect()
+}
+
+fn procs_tree(dir: &Path) -> Vec<i32> {
+    pids_with_dirs(dir).into_iter().map(|(_, p)| p).collect()
+}
+
+/// SIGKILLs `pid` if it is (still) a member of `cgroup`. Returns whether a signal was sent.
+fn kill_member(cgroup: &Path, pid: i32) -> bool {
+    // SAFETY: pidfd_open takes two integers and returns a new fd or -1; no memory is shared.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // ESRCH: gone. ENOSYS (old kernel): fall back to a plain kill after a membership check.
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return false;
+        }
+        if !read_procs(cgroup).contains(&pid) {
+            return false;
+        }
+        // SAFETY: kill(2) takes two integers; it cannot affect memory safety.
+        return unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+    }
+    let fd = fd as libc::c_int;
+    // with the pidfd held, the pid cannot be reused: re-check membership, then signal
+    let sent = read_procs(cgroup).contains(&pid)
+        // SAFETY: pidfd_send_signal takes an fd we own, a signal number, a null siginfo
+        // pointer (allowed by the syscall) and flags 0.
+        && unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        } == 0;
+    // SAFETY: fd was returned by pidfd_open above and is closed exactly once.
+    unsafe { libc::close(fd) };
+    sent
+}
+
+/// Removes `dir` and its children, deepest first. ENOENT means done; EBUSY is retried a few
+/// times (a process may still be exiting).
+async fn remove_tree(uid: &PodUid, dir: &Path) -> Result<usize, CgroupError> {
+    let mut removed = 0;
+    for d in walk_post_order(dir) {
+        let mut attempt = 0u32;
+        loop {
+            match std::fs::remove_dir(&d) {
+                Ok(()) => {
+                    removed += 1;
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => break,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < 10 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                Err(source) => {
+                    return Err(CgroupError::Remove {
+                        uid: uid.to_string(),
+                        path: d,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid() -> PodUid {
+        PodUid::parse("0b2f4c1e-8f0a-4a52-9d61-3f2f0b1c2d3e").unwrap()
+    }
+
+    #[test]
+    fn cgroupfs_names() {
+        let n = CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap();
+        let u = uid();
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::Guaranteed),
+            PathBuf::from(format!("kubepods/pod{u}"))
+        );
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::Burstable),
+            PathBuf::from(format!("kubepods/burstable/pod{u}"))
+        );
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::BestEffort),
+            PathBuf::from(format!("kubepods/besteffort/pod{u}"))
+        );
+        let n = CgroupNaming::new(CgroupDriver::Cgroupfs, "/reaplet-testbed").unwrap();
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::BestEffort),
+            PathBuf::from(format!("reaplet-testbed/kubepods/besteffort/pod{u}"))
+        );
+    }
+
+    #[test]
+    fn systemd_names() {
+        let n = CgroupNaming::new(CgroupDriver::Systemd, "/").unwrap();
+        let u = uid();
+        let us = u.as_str().replace('-', "_");
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::Burstable),
+            PathBuf::from(format!(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{us}.slice"
+            ))
+        );
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::BestEffort),
+            PathBuf::from(format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{us}.slice"
+            ))
+        );
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::Guaranteed),
+            PathBuf::from(format!("kubepods.slice/kubepods-pod{us}.slice"))
+        );
+        let n = CgroupNaming::new(CgroupDriver::Systemd, "/custom.slice").unwrap();
+        assert_eq!(
+            n.pod_cgroup(&u, QosClass::Guaranteed),
+            PathBuf::from(format!(
+                "custom.slice/custom-kubepods.slice/custom-kubepods-pod{us}.slice"
+            ))
+        );
+    }
+
+    #[test]
+    fn bad_roots_rejected() {
+        for r in ["relative", "/a/../b", "/a/./b", "/a b"] {
+            assert!(CgroupNaming::new(CgroupDriver::Cgroupfs, r).is_err(), "{r}");
+        }
+        assert!(CgroupNaming::new(CgroupDriver::Systemd, "/notaslice").is_err());
+    }
+
+    #[test]
+    fn contained_refuses_escape() {
+        let m = Path::new("/sys/fs/cgroup/memory");
+        assert!(contained(m, Path::new(""), Path::new("kubepods/pod1")).is_ok());
+        assert!(contained(m, Path::new(""), Path::new("../x")).is_err());
+        assert!(contained(m, Path::new(""), Path::new("/etc")).is_err());
+        assert!(contained(m, Path::new("root"), Path::new("other/x")).is_err());
+    }
+
+    #[test]
+    fn hierarchies_and_mode_from_mountinfo() {
+        let text = "\
+35 22 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+36 22 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+37 22 0:32 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd
+38 22 0:33 / /tmp rw - tmpfs tmpfs rw
+";
+        let h = hierarchies(&crate::volumes::parse_mountinfo(text));
+        assert_eq!(h.len(), 3);
+        assert_eq!(mode(&h), CgroupMode::Hybrid);
+        assert_eq!(mode(&h[..1]), CgroupMode::V1);
+        assert_eq!(mode(&[]), CgroupMode::None);
+    }
+
+    #[tokio::test]
+    async fn destroy_against_fake_root_removes_empty_tree() {
+        // a fake hierarchy: plain directories (no processes) behave like emptied cgroups
+        let root = tempfile::tempdir().unwrap();
+        let naming = CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap();
+        let m = CgroupManager::new(
+            vec![Hierarchy {
+                mount_point: root.path().to_owned(),
+                version: CgroupVersion::V1,
+            }],
+            naming.clone(),
+        );
+        let u = uid();
+        let pod = root.path().join(naming.pod_cgroup(&u, QosClass::Burstable));
+        std::fs::create_dir_all(pod.join("container1")).unwrap();
+        std::fs::create_dir_all(pod.join("sandbox")).unwrap();
+        let sibling = root.path().join("kubepods/burstable/podother");
+        std::fs::create_dir_all(&sibling).unwrap();
+        let r = m.destroy(&u).await.unwrap();
+        assert_eq!(r.removed_dirs, 3);
+        assert!(!pod.exists());
+        assert!(sibling.exists(), "another pod's cgroup must stay");
+        // idempotent
+        assert_eq!(m.destroy(&u).await.unwrap(), DestroyReport::default());
+    }
+}

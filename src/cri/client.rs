@@ -1,0 +1,344 @@
+//! [`Runtime`] over a real CRI socket (tonic, HTTP/2 over a unix socket).
+
+use super::pb::runtime_service_client::RuntimeServiceClient;
+use super::*;
+use hyper_util::rt::TokioIo;
+use std::path::PathBuf;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::Instrument;
+
+/// A CRI client over a unix socket. Cheap to clone; connects lazily and reconnects on demand,
+/// so a runtime restart costs failed calls (retried by the callers), never a dead client.
+#[derive(Clone, Debug)]
+pub struct CriClient {
+    client: RuntimeServiceClient<Channel>,
+    request_timeout: Duration,
+    socket: PathBuf,
+}
+
+impl CriClient {
+    /// Builds the client; no connection is made until the first call.
+    pub fn new(config: &CriConfig) -> Result<Self, CriError> {
+        let socket = socket_path(&config.endpoint)?;
+        let path = socket.clone();
+        // The URI is required by tonic but unused: the connector below dials the socket.
+        let channel = Endpoint::from_static("http://cri.invalid")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }));
+        Ok(Self {
+            client: RuntimeServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+            request_timeout: config.request_timeout,
+            socket,
+        })
+    }
+
+    /// The socket this client dials.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
+
+    /// Runs one call with a deadline on both sides (grpc-timeout header and a local timer).
+    async fn call<T, F, Fut>(
+        &self,
+        op: &'static str,
+        id: &str,
+        timeout: Duration,
+        f: F,
+    ) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let span = tracing::debug_span!("cri", op, id);
+        let fut = f(self.client.clone(), timeout);
+        async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(Ok(resp)) => Ok(resp.into_inner()),
+                Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
+                    Err(CriError::DeadlineExceeded {
+                        op,
+                        id: id.to_owned(),
+                        timeout,
+                    })
+                }
+                Ok(Err(status)) => Err(CriError::from_status(op, id, status)),
+                Err(_) => Err(CriError::DeadlineExceeded {
+                    op,
+                    id: id.to_owned(),
+                    timeout,
+                }),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Raw access to the generated client, for the test bed (creating pods).
+    pub fn raw(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+}
+
+fn req<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(timeout);
+    r
+}
+
+fn label(labels: &HashMap<String, String>, key: &str) -> String {
+    labels.get(key).cloned().unwrap_or_default()
+}
+
+impl Runtime for CriClient {
+    async fn version(&self) -> Result<RuntimeVersion, CriError> {
+        let r = self
+            .call("Version", "", self.request_timeout, |mut c, t| async move {
+                c.version(req(
+                    pb::VersionRequest {
+                        version: "v1".into(),
+                    },
+                    t,
+                ))
+                .await
+            })
+            .await?;
+        Ok(RuntimeVersion {
+            runtime_name: r.runtime_name,
+            runtime_version: r.runtime_version,
+            runtime_api_version: r.runtime_api_version,
+        })
+    }
+
+    async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<RuntimeSandbox>, CriError> {
+        let filter = pod_uid.map(|uid| pb::PodSandboxFilter {
+            label_selector: [(LABEL_POD_UID.to_owned(), uid.to_owned())].into(),
+            ..Default::default()
+        });
+        let r = self
+            .call(
+                "ListPodSandbox",
+                pod_uid.unwrap_or(""),
+                self.request_timeout,
+                |mut c, t| async move {
+                    c.list_pod_sandbox(req(pb::ListPodSandboxRequest { filter }, t))
+                        .await
+                },
+            )
+            .await?;
+        Ok(r.items
+            .into_iter()
+            .map(|s| {
+                let meta = s.metadata.unwrap_or_default();
+                let pod_uid = if meta.uid.is_empty() {
+                    label(&s.labels, LABEL_POD_UID)
+                } else {
+                    meta.uid
+                };
+                RuntimeSandbox {
+                    id: s.id,
+                    pod_uid,
+                    pod_name: meta.name,
+                    pod_namespace: meta.namespace,
+                    ready: s.state == pb::PodSandboxState::SandboxReady as i32,
+                    created_at: s.created_at,
+                    labels: s.labels,
+                    annotations: s.annotations,
+                }
+            })
+            .collect())
+    }
+
+    async fn list_containers(
+        &self,
+        pod_uid: Option<&str>,
+    ) -> Result<Vec<RuntimeContainer>, CriError> {
+        let filter = pod_uid.map(|uid| pb::ContainerFilter {
+            label_selector: [(LABEL_POD_UID.to_owned(), uid.to_owned())].into(),
+            ..Default::default()
+        });
+        let r = self
+            .call(
+                "ListContainers",
+                pod_uid.unwrap_or(""),
+                self.request_timeout,
+                |mut c, t| async move {
+                    c.list_containers(req(pb::ListContainersRequest { filter }, t))
+                        .await
+                },
+            )
+            .await?;
+        Ok(r.containers
+            .into_iter()
+            .map(|c| {
+                let meta = c.metadata.unwrap_or_default();
+                let name = if meta.name.is_empty() {
+                    label(&c.labels, LABEL_CONTAINER_NAME)
+                } else {
+                    meta.name
+                };
+                RuntimeContainer {
+                    id: c.id,
+                    sandbox_id: c.pod_sandbox_id,
+                    name,
+                    attempt: meta.attempt,
+                    pod_uid: label(&c.labels, LABEL_POD_UID),
+                    state: ContainerRunState::from_pb(c.state),
+                    created_at: c.created_at,
+                    labels: c.labels,
+                    annotations: c.annotations,
+                }
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerDetail, CriError> {
+        let cid = id.to_owned();
+        let r = self
+            .call(
+                "ContainerStatus",
+                id,
+                self.request_timeout,
+                |mut c, t| async move {
+                    c.container_status(req(
+                        pb::ContainerStatusRequest {
+                            container_id: cid,
+                            verbose: false,
+                        },
+                        t,
+                    ))
+                    .await
+                },
+            )
+            .await?;
+        let s = r.status.ok_or_else(|| CriError::Rpc {
+            op: "ContainerStatus",
+            id: id.to_owned(),
+            code: tonic::Code::Internal,
+            message: "response without status".into(),
+        })?;
+        Ok(ContainerDetail {
+            id: s.id,
+            state: ContainerRunState::from_pb(s.state),
+            exit_code: s.exit_code,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            reason: s.reason,
+        })
+    }
+
+    async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
+        let cid = id.to_owned();
+        let deadline = self.request_timeout + Duration::from_secs(timeout_secs.max(0) as u64);
+        self.call("StopContainer", id, deadline, |mut c, t| async move {
+            c.stop_container(req(
+                pb::StopContainerRequest {
+                    container_id: cid,
+                    timeout: timeout_secs,
+                },
+                t,
+            ))
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let sid = id.to_owned();
+        self.call(
+            "StopPodSandbox",
+            id,
+            self.request_timeout,
+            |mut c, t| async move {
+                c.stop_pod_sandbox(req(
+                    pb::StopPodSandboxRequest {
+                        pod_sandbox_id: sid,
+                    },
+                    t,
+                ))
+                .await
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let sid = id.to_owned();
+        self.call(
+            "RemovePodSandbox",
+            id,
+            self.request_timeout,
+            |mut c, t| async move {
+                c.remove_pod_sandbox(req(
+                    pb::RemovePodSandboxRequest {
+                        pod_sandbox_id: sid,
+                    },
+                    t,
+                ))
+                .await
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<ExecResult, CriError> {
+        let cid = id.to_owned();
+        // The runtime's own timeout is whole seconds (0 = none): round up, never down to 0.
+        let secs = timeout.as_secs().max(1) + u64::from(timeout.subsec_nanos() > 0);
+        let r = self
+            .call("ExecSync", id, timeout, |mut c, t| async move {
+                c.exec_sync(req(
+                    pb::ExecSyncRequest {
+                        container_id: cid,
+                        cmd,
+                        timeout: secs as i64,
+                    },
+                    t,
+                ))
+                .await
+            })
+            .await?;
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+        })
+    }
+
+    async fn container_events(
+        &self,
+    ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
+        let mut client = self.client.clone();
+        let resp = client
+            .get_container_events(pb::GetEventsRequest {})
+            .await
+            .map_err(|s| CriError::from_status("GetContainerEvents", "", s))?;
+        let mut stream = resp.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            while let Ok(Some(ev)) = stream.message().await {
+                if tx
+                    .send(ContainerEvent {
+                        container_id: ev.container_id,
+                    })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
+    }
+}

@@ -1,0 +1,108 @@
+//! Pod events: kubelet's `record.EventRecorder` use in the termination path
+//! (`events.KillingContainer`, `FailedPreStopHook`, `FailedKillPod`, `ExceededGracePeriod`).
+//!
+//! Invariants:
+//! * recording never blocks the pipeline: the sink is a bounded channel and a full channel
+//!   drops the event (counted), so a slow API cannot stall a kill;
+//! * messages never carry a hook's output (it may hold secrets), only what the kubelet says.
+
+use crate::pod::PodUid;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// Normal: "Stopping container <name>".
+    Killing,
+    /// Warning: a preStop hook failed or timed out.
+    FailedPreStopHook,
+    /// Warning: "error killing pod: ...".
+    FailedKillPod,
+    /// Warning: the runtime did not stop the pod within its grace.
+    ExceededGracePeriod,
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Killing => "Killing",
+            Self::FailedPreStopHook => "FailedPreStopHook",
+            Self::FailedKillPod => "FailedKillPod",
+            Self::ExceededGracePeriod => "ExceededGracePeriod",
+        }
+    }
+
+    pub fn is_warning(self) -> bool {
+        !matches!(self, Self::Killing)
+    }
+}
+
+/// One event about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    pub uid: PodUid,
+    pub namespace: String,
+    pub name: String,
+    pub reason: EventReason,
+    pub message: String,
+}
+
+/// Where the pipeline records events. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EventSink {
+    tx: Option<mpsc::Sender<PodEvent>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl EventSink {
+    /// A sink with room for `capacity` events and its receiving end.
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<PodEvent>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (
+            Self {
+                tx: Some(tx),
+                dropped: Arc::default(),
+            },
+            rx,
+        )
+    }
+
+    /// A sink that only logs.
+    pub fn log_only() -> Self {
+        Self {
+            tx: None,
+            dropped: Arc::default(),
+        }
+    }
+
+    pub fn record(&self, event: PodEvent) {
+        if event.reason.is_warning() {
+            tracing::warn!(
+                pod = %format_args!("{}/{}", event.namespace, event.name),
+                podUID = %event.uid,
+                reason = event.reason.as_str(),
+                message = %event.message,
+                "pod event"
+            );
+        } else {
+            tracing::info!(
+                pod = %format_args!("{}/{}", event.namespace, event.name),
+                podUID = %event.uid,
+                reason = event.reason.as_str(),
+                message = %event.message,
+                "pod event"
+            );
+        }
+        if let Some(tx) = &self.tx
+            && tx.try_send(event).is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Events dropped because the channel was full or closed.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}

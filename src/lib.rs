@@ -1,0 +1,29 @@
+//! reaplet: a node agent that ends pods the way the kubelet does, over CRI.
+//!
+//! Module map (kubelet counterpart in brackets):
+//! * [`cri`]: the runtime seam [`pkg/kubelet/cri/remote`], generated from `proto/api.proto`;
+//! * [`pod`]: what the pipeline knows of a pod [`v1.Pod`, `kuberuntime/labels.go`];
+//! * [`grace`]: grace-period math [`calculateEffectiveGracePeriod`, `killContainer`];
+//! * [`lifecycle`]: the per-pod state machine [`podSyncStatus`, `podWorkerLoop`];
+//! * [`workers`]: per-UID owner tasks and housekeeping [`podWorkers`, `HandlePodCleanups`];
+//! * [`kill`], [`hooks`]: stopping containers and sandboxes, preStop hooks
+//!   [`killPodWithSyncResult`, `lifecycle/handlers.go`];
+//! * [`volumes`]: waiting for unmounts [`podVolumesExist`];
+//! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
+//! * [`events`]: pod events [`record.EventRecorder`];
+//! * [`authority`]: the one check every kill passes (reaplet's own);
+//! * [`testbed`]: helpers that launch pods through CRI exactly as the kubelet does (tests,
+//!   benchmarks and the demo).
+
+pub mod authority;
+pub mod cgroups;
+pub mod cri;
+pub mod events;
+pub mod grace;
+pub mod hooks;
+pub mod kill;
+pub mod lifecycle;
+pub mod pod;
+pub mod testbed;
+pub mod volumes;
+pub mod workers;

@@ -1,0 +1,312 @@
+//! Waiting for a pod's volumes to be unmounted: kubelet's `podVolumesExist` /
+//! `getMountedVolumePathListFromDisk` (`kubelet_volumes.go`, `kubelet_getters.go`) and the
+//! mountinfo parsing of `k8s.io/mount-utils`.
+//!
+//! Invariants:
+//! * only `<root-dir>/pods/<uid>/volumes/<plugin>/<volume>` (CSI: `<volume>/mount`) are
+//!   looked at; the UID is a validated [`PodUid`], so the path stays under the root dir; this
+//!   module only reads, never writes or unmounts;
+//! * a volume directory is mounted when it, or anything below it, is a mount point in
+//!   mountinfo; an error while checking counts as "still mounted";
+//! * mountinfo is read through a path (procfs in production, a fixture in tests).
+
+use crate::pod::PodUid;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("pod {uid}: volumes still mounted after {waited:?}: {volumes:?}")]
+    StillMounted {
+        uid: String,
+        waited: Duration,
+        volumes: Vec<String>,
+    },
+}
+
+/// One entry of `/proc/self/mountinfo` (the fields reaplet needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    /// Field 4: the root of the mount within its filesystem.
+    pub root: String,
+    /// Field 5: the mount point, unescaped.
+    pub mount_point: PathBuf,
+    /// The filesystem type (after the ` - ` separator).
+    pub fs_type: String,
+    /// Super options (e.g. cgroup controllers).
+    pub super_options: String,
+}
+
+/// Parses mountinfo text. Malformed lines are skipped (never a panic).
+pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MountInfo> {
+    let (left, right) = line.split_once(" - ")?;
+    let f: Vec<&str> = left.split(' ').collect();
+    if f.len() < 6 {
+        return None;
+    }
+    let mut r = right.split(' ');
+    let fs_type = r.next()?.to_owned();
+    let _source = r.next();
+    let super_options = r.next().unwrap_or("").to_owned();
+    Some(MountInfo {
+        root: unescape(f[3]),
+        mount_point: PathBuf::from(unescape(f[4])),
+        fs_type,
+        super_options,
+    })
+}
+
+/// Undoes the kernel's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` `\`).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            if let Ok(byte) = u8::try_from(v) {
+                out.push(byte);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A volume directory of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeDir {
+    /// `<plugin>/<volume>`, for reports.
+    pub name: String,
+    /// The directory that is mounted when the volume is set up.
+    pub path: PathBuf,
+}
+
+/// The pod's volumes directory: `<root_dir>/pods/<uid>/volumes`.
+pub fn pod_volumes_dir(root_dir: &Path, uid: &PodUid) -> PathBuf {
+    root_dir.join("pods").join(uid.as_str()).join("volumes")
+}
+
+/// Lists `<plugin>/<volume>` directories (CSI: `<volume>/mount`). A missing directory means
+/// no volumes; other read errors are returned (the caller counts them as "still mounted").
+pub fn list_volume_dirs(root_dir: &Path, uid: &PodUid) -> std::io::Result<Vec<VolumeDir>> {
+    let base = pod_volumes_dir(root_dir, uid);
+    let plugins = match std::fs::read_dir(&base) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for p in plugins {
+        let p = p?;
+        if !p.file_type()?.is_dir() {
+            continue;
+        }
+        let plugin = p.file_name().to_string_lossy().into_owned();
+        for v in std::fs::read_dir(p.path())? {
+            let v = v?;
+            if !v.file_type()?.is_dir() {
+                continue;
+            }
+            let volume = v.file_name().to_string_lossy().into_owned();
+            let mut path = v.path();
+            if plugin == "kubernetes.io~csi" {
+                path.push("mount");
+            }
+            out.push(VolumeDir {
+                name: format!("{plugin}/{volume}"),
+                path,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The volumes of `dirs` that are (or have something) mounted, per `mounts`.
+pub fn mounted<'a>(dirs: &'a [VolumeDir], mounts: &[MountInfo]) -> Vec<&'a VolumeDir> {
+    dirs.iter()
+        .filter(|d| mounts.iter().any(|m| m.mount_point.starts_with(&d.path)))
+        .collect()
+}
+
+/// Checks once: the names of the pod's volumes still mounted. Errors count as mounted.
+pub fn still_mounted(root_dir: &Path, uid: &PodUid, mountinfo: &Path) -> Vec<String> {
+    let dirs = match list_volume_dirs(root_dir, uid) {
+        Ok(d) => d,
+        Err(e) => return vec![format!("<cannot list volumes: {e}>")],
+    };
+    if dirs.is_empty() {
+        return Vec::new();
+    }
+    let text = match std::fs::read_to_string(mountinfo) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("<cannot read {}: {e}>", mountinfo.display())],
+    };
+    let mounts = parse_mountinfo(&text);
+    mounted(&dirs, &mounts)
+        .into_iter()
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// Waits until no volume of the pod is mounted, polling every `poll`, for at most `bound`.
+/// Logs the still-mounted set when it changes (one line per decision, not per poll).
+pub async fn wait_unmounted(
+    root_dir: &Path,
+    uid: &PodUid,
+    mountinfo: &Path,
+    poll: Duration,
+    bound: Duration,
+) -> Result<(), VolumeError> {
+    let start = Instant::now();
+    let mut last: Vec<String> = Vec::new();
+    loop {
+        let now = still_mounted(root_dir, uid, mountinfo);
+        if now.is_empty() {
+            if !last.is_empty() {
+                tracing::info!(
+                    waitedMs = start.elapsed().as_millis() as u64,
+                    "pod volumes unmounted"
+                );
+            }
+            return Ok(());
+        }
+        if now != last {
+            tracing::info!(volumes = ?now, "waiting for pod volumes to be unmounted");
+            last = now;
+        }
+        if start.elapsed() >= bound {
+            return Err(VolumeError::StillMounted {
+                uid: uid.to_string(),
+                waited: start.elapsed(),
+                volumes: last,
+            });
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+35 22 0:30 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 22 0:31 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+90 22 0:50 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache rw - tmpfs tmpfs rw
+91 22 0:51 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pvc-1/mount rw - ext4 /dev/sdb rw
+92 22 0:52 / /mnt/with\\040space rw - tmpfs tmpfs rw
+garbage line
+93 22 0:53 / - tmpfs
+";
+
+    #[test]
+    fn parses_and_unescapes() {
+        let m = parse_mountinfo(SAMPLE);
+        assert_eq!(m.len(), 6);
+        assert_eq!(m[1].fs_type, "cgroup");
+        assert_eq!(m[1].super_options, "rw,memory");
+        assert_eq!(m[5].mount_point, PathBuf::from("/mnt/with space"));
+    }
+
+    #[test]
+    fn hostile_mountinfo_never_panics() {
+        for s in [
+            "",
+            " - ",
+            "\\",
+            "a b c d \\0 f - x",
+            "1 2 3 4 \\777 6 - t s o",
+            "\\12",
+        ] {
+            let _ = parse_mountinfo(s);
+        }
+        assert_eq!(unescape("\\777x"), "\\777x");
+        assert_eq!(unescape("a\\134b"), "a\\b");
+    }
+
+    #[test]
+    fn finds_mounted_volumes() {
+        let root = tempfile::tempdir().unwrap();
+        let uid = PodUid::parse("u1").unwrap();
+        let vols = pod_volumes_dir(root.path(), &uid);
+        std::fs::create_dir_all(vols.join("kubernetes.io~empty-dir/cache")).unwrap();
+        std::fs::create_dir_all(vols.join("kubernetes.io~csi/pvc-1/mount")).unwrap();
+        std::fs::create_dir_all(vols.join("kubernetes.io~secret/token")).unwrap();
+        let dirs = list_volume_dirs(root.path(), &uid).unwrap();
+        assert_eq!(dirs.len(), 3);
+        let text = SAMPLE.replace("/var/lib/kubelet", &root.path().display().to_string());
+        let mi = root.path().join("mountinfo");
+        std::fs::write(&mi, &text).unwrap();
+        assert_eq!(
+            still_mounted(root.path(), &uid, &mi),
+            vec![
+                "kubernetes.io~csi/pvc-1".to_string(),
+                "kubernetes.io~empty-dir/cache".to_string()
+            ]
+        );
+        // no pod dir: nothing mounted
+        let other = PodUid::parse("u2").unwrap();
+        assert!(still_mounted(root.path(), &other, &mi).is_empty());
+        // unreadable mountinfo counts as mounted
+        assert_eq!(
+            still_mounted(root.path(), &uid, &root.path().join("nope")).len(),
+            1
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_is_bounded() {
+        let root = tempfile::tempdir().unwrap();
+        let uid = PodUid::parse("u1").unwrap();
+        std::fs::create_dir_all(
+            pod_volumes_dir(root.path(), &uid).join("kubernetes.io~empty-dir/cache"),
+        )
+        .unwrap();
+        let mi = root.path().join("mountinfo");
+        std::fs::write(
+            &mi,
+            SAMPLE.replace("/var/lib/kubelet", &root.path().display().to_string()),
+        )
+        .unwrap();
+        let r = wait_unmounted(
+            root.path(),
+            &uid,
+            &mi,
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+        )
+        .await;
+        match r {
+            Err(VolumeError::StillMounted { volumes, .. }) => {
+                assert_eq!(volumes, vec!["kubernetes.io~empty-dir/cache".to_string()])
+            }
+            Ok(()) => panic!("must not succeed while mounted"),
+        }
+        std::fs::write(&mi, "").unwrap();
+        wait_unmounted(
+            root.path(),
+            &uid,
+            &mi,
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+    }
+}

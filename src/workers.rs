@@ -1,0 +1,780 @@
+//! Pod workers and housekeeping: kubelet's `podWorkers` (`pod_workers.go`: one goroutine per
+//! pod UID, `UpdatePod`, `SyncTerminatingPod`, `SyncTerminatedPod`) and the parts of
+//! `HandlePodCleanups` (`kubelet_pods.go`) that find orphaned runtime pods, plus natural
+//! completion and garbage collection of orphans' sandboxes.
+//!
+//! Invariants:
+//! * one owner task per pod UID, fed by a coalescing mailbox: the newest update wins, kill
+//!   requests and their completion notices are never lost;
+//! * the registry lock is a plain mutex never held across an await;
+//! * the lifecycle decisions are [`crate::lifecycle::step`]; this module only runs effects;
+//! * a kill is a cancellable future: a shorter grace drops the in-flight kill (and its CRI
+//!   calls) and starts a new one at once; cancellation of reaplet itself abandons work and
+//!   never kills a pod;
+//! * orphans are acted on only once the desired pod set has been delivered at least once;
+//! * a transition never waits for a poll: a kill completes when the runtime's stop calls
+//!   return, and the runtime is re-read right away.
+
+use crate::authority::Authority;
+use crate::cgroups::CgroupManager;
+use crate::cri::{ContainerRunState, Runtime, RuntimeContainer};
+use crate::events::{EventReason, EventSink, PodEvent};
+use crate::grace;
+use crate::kill::{self, KillMemory};
+use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine};
+use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
+use crate::volumes;
+use futures_util::future::BoxFuture;
+use rand::Rng;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+/// Settings of the pipeline (resolved and validated by the caller).
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// kubelet's `--root-dir`: volumes live in `<root_dir>/pods/<uid>/volumes`.
+    pub root_dir: PathBuf,
+    /// mountinfo to read (`/proc/self/mountinfo`).
+    pub mountinfo: PathBuf,
+    /// Volume poll period (kubelet: 100–300 ms) and overall bound (kubelet: 2 min 3 s).
+    pub volume_poll: Duration,
+    pub volume_wait: Duration,
+    /// Runtime relist period when the runtime has no container events (containerd 1.6).
+    pub relist_period: Duration,
+    /// Relist period when container events drive relists.
+    pub relist_period_with_events: Duration,
+    /// A kill still running this long after its deadline gets an `ExceededGracePeriod` event.
+    pub exceeded_grace_slack: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            root_dir: "/var/lib/kubelet".into(),
+            mountinfo: "/proc/self/mountinfo".into(),
+            volume_poll: Duration::from_millis(200),
+            volume_wait: Duration::from_secs(123),
+            relist_period: Duration::from_secs(1),
+            relist_period_with_events: Duration::from_secs(30),
+            exceeded_grace_slack: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A kill through the seam (eviction, shutdown, preemption, orphan).
+#[derive(Debug)]
+pub struct KillRequest {
+    pub grace_override: Option<i64>,
+    pub reason: KillReason,
+    /// Completed once the pod's containers and sandboxes are stopped.
+    pub done: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SeamError {
+    #[error("pod {0}: unknown to this agent")]
+    UnknownPod(String),
+}
+
+/// A read-only view of one pod, for `reaplet pods` and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    pub uid: PodUid,
+    pub key: String,
+    pub state: &'static str,
+    pub grace: Option<i64>,
+    /// When the current kill SIGKILLs at the latest.
+    pub deadline: Option<Instant>,
+    pub step: &'static str,
+    pub reason: Option<&'static str>,
+}
+
+#[derive(Default)]
+struct Pending {
+    update: Option<PodInfo>,
+    kills: Vec<KillRequest>,
+}
+
+/// A coalescing channel to one worker.
+#[derive(Default)]
+struct Mailbox {
+    pending: Mutex<Pending>,
+    notify: Notify,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send_update(&self, pod: PodInfo) {
+        self.lock().update = Some(pod);
+        self.notify.notify_one();
+    }
+
+    fn send_kill(&self, kill: KillRequest) {
+        self.lock().kills.push(kill);
+        self.notify.notify_one();
+    }
+}
+
+struct Worker {
+    mailbox: Arc<Mailbox>,
+    view: Arc<Mutex<PodView>>,
+}
+
+impl Worker {
+    fn view(&self) -> PodView {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    desired: HashMap<PodUid, PodInfo>,
+    /// The desired set has been delivered at least once: orphans can be judged.
+    synced: bool,
+    workers: HashMap<PodUid, Worker>,
+}
+
+struct Inner<R> {
+    runtime: Arc<R>,
+    cgroups: CgroupManager,
+    config: PipelineConfig,
+    events: EventSink,
+    authority: Arc<Authority>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    registry: Mutex<Registry>,
+    relist_now: Notify,
+}
+
+/// The pipeline: pod workers plus housekeeping. Cheap to clone.
+pub struct PodWorkers<R> {
+    inner: Arc<Inner<R>>,
+}
+
+impl<R> Clone for PodWorkers<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<R: Runtime> PodWorkers<R> {
+    /// Builds the pipeline. Nothing runs until [`PodWorkers::run_housekeeping`] is spawned or a
+    /// pod is fed; every task goes on `tracker` and stops on `cancel`.
+    pub fn new(
+        runtime: Arc<R>,
+        cgroups: CgroupManager,
+        config: PipelineConfig,
+        events: EventSink,
+        authority: Arc<Authority>,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                runtime,
+                cgroups,
+                config,
+                events,
+                authority,
+                cancel,
+                tracker,
+                registry: Mutex::default(),
+                relist_now: Notify::new(),
+            }),
+        }
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Delivers the complete desired pod set (an initial list or a relist). Pods missing from
+    /// it that were known are treated as gone with `gone_grace` (the API source passes
+    /// [`grace::ORPHAN_GRACE`]: a vanished object is a force delete).
+    pub fn set_desired(&self, pods: Vec<PodInfo>, gone_grace: Option<i64>) {
+        let new: HashMap<PodUid, PodInfo> = pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        let gone: Vec<PodUid> = {
+            let reg = self.registry();
+            reg.desired
+                .keys()
+                .filter(|u| !new.contains_key(*u))
+                .cloned()
+                .collect()
+        };
+        for uid in gone {
+            self.remove(&uid, gone_grace);
+        }
+        for pod in new.into_values() {
+            self.upsert(pod);
+        }
+        self.registry().synced = true;
+        self.inner.relist_now.notify_one();
+    }
+
+    /// A pod was added or changed.
+    pub fn upsert(&self, pod: PodInfo) {
+        let mut reg = self.registry();
+        reg.desired.insert(pod.uid.clone(), pod.clone());
+        let needs_worker = pod.deletion_requested || pod.terminal_phase;
+        if let Some(w) = reg.workers.get(&pod.uid) {
+            w.mailbox.send_update(pod);
+        } else if needs_worker {
+            let w = self.spawn_worker(pod.clone());
+            w.mailbox.send_update(pod.clone());
+            reg.workers.insert(pod.uid, w);
+        }
+    }
+
+    /// A pod left the desired set. `grace_override`: `Some(1)` for an API object that vanished
+    /// (force delete), `None` for a static pod whose file was removed (its own grace applies).
+    pub fn remove(&self, uid: &PodUid, grace_override: Option<i64>) {
+        let mut reg = self.registry();
+        let Some(pod) = reg.desired.remove(uid) else {
+            return;
+        };
+        let kill = KillRequest {
+            grace_override,
+            reason: KillReason::ObjectGone,
+            done: None,
+        };
+        match reg.workers.get(uid) {
+            Some(w) => w.mailbox.send_kill(kill),
+            None => {
+                let w = self.spawn_worker(pod);
+                w.mailbox.send_kill(kill);
+                reg.workers.insert(uid.clone(), w);
+            }
+        }
+    }
+
+    /// Stops a known pod (eviction, shutdown, preemption). The request's `done` completes when
+    /// its containers and sandboxes are stopped.
+    pub fn kill(&self, uid: &PodUid, req: KillRequest) -> Result<(), SeamError> {
+        let mut reg = self.registry();
+        if let Some(w) = reg.workers.get(uid) {
+            w.mailbox.send_kill(req);
+            return Ok(());
+        }
+        let pod = reg
+            .desired
+            .get(uid)
+            .cloned()
+            .ok_or_else(|| SeamError::UnknownPod(uid.to_string()))?;
+        let w = self.spawn_worker(pod);
+        w.mailbox.send_kill(req);
+        reg.workers.insert(uid.clone(), w);
+        Ok(())
+    }
+
+    /// Every pod this agent knows, desired or not.
+    pub fn snapshot(&self) -> Vec<PodView> {
+        let reg = self.registry();
+        let mut out: Vec<PodView> = reg.workers.values().map(Worker::view).collect();
+        for p in reg.desired.values() {
+            if !reg.workers.contains_key(&p.uid) {
+                out.push(PodView {
+                    uid: p.uid.clone(),
+                    key: p.key(),
+                    state: "sync",
+                    grace: None,
+                    deadline: None,
+                    step: "running",
+                    reason: None,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key).then(a.uid.cmp(&b.uid)));
+        out
+    }
+
+    /// The view of one pod.
+    pub fn view(&self, uid: &PodUid) -> Option<PodView> {
+        self.snapshot().into_iter().find(|v| &v.uid == uid)
+    }
+
+    fn spawn_worker(&self, pod: PodInfo) -> Worker {
+        let mailbox = Arc::new(Mailbox::default());
+        let view = Arc::new(Mutex::new(PodView {
+            uid: pod.uid.clone(),
+            key: pod.key(),
+            state: "sync",
+            grace: None,
+            deadline: None,
+            step: "starting",
+            reason: None,
+        }));
+        let span = tracing::info_span!("pod_worker", pod = %pod.key(), podUID = %pod.uid);
+        let task = worker_loop(self.inner.clone(), mailbox.clone(), view.clone(), pod);
+        self.inner.tracker.spawn(task.instrument(span));
+        Worker { mailbox, view }
+    }
+
+    /// Housekeeping: relists the runtime (on container events when the runtime has them,
+    /// else every `relist_period`), finds orphans and naturally completed pods, and forgets
+    /// finished workers. Runs until cancelled.
+    pub async fn run_housekeeping(self) {
+        let cancel = self.inner.cancel.clone();
+        let mut events = match self.inner.runtime.container_events().await {
+            Ok(rx) => {
+                tracing::info!("runtime container events subscribed");
+                Some(rx)
+            }
+            Err(e) => {
+                tracing::info!(err = %e, "runtime has no container events; polling");
+                None
+            }
+        };
+        loop {
+            let period = if events.is_some() {
+                self.inner.config.relist_period_with_events
+            } else {
+                self.inner.config.relist_period
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+                _ = self.inner.relist_now.notified() => {}
+                ev = recv_opt(&mut events) => {
+                    if ev.is_none() {
+                        tracing::warn!("runtime container event stream ended; polling");
+                        events = None;
+                    }
+                }
+            }
+            if let Err(e) = self.relist().await {
+                tracing::warn!(err = %e, "runtime relist failed");
+            }
+        }
+    }
+
+    /// One housekeeping pass. Public so tests and callers can force one.
+    pub async fn relist(&self) -> Result<(), crate::cri::CriError> {
+        let rt = &self.inner.runtime;
+        let sandboxes = rt.list_sandboxes(None).await?;
+        let containers = rt.list_containers(None).await?;
+        let grouped = pod::group_runtime(&sandboxes, &containers);
+        for id in &grouped.invalid {
+            tracing::warn!(id = %id, "runtime object with an invalid pod uid label skipped");
+        }
+        let mut completion_checks: Vec<(PodInfo, Vec<RuntimeContainer>)> = Vec::new();
+        let mut gc_sandboxes: Vec<String> = Vec::new();
+        {
+            let mut reg = self.registry();
+            for (uid, (sbs, cs)) in &grouped.pods {
+                let alive = sbs.iter().any(|s| s.ready) || cs.iter().any(|c| c.state.may_run());
+                if let Some(pod) = reg.desired.get(uid) {
+                    let in_sync = reg
+                        .workers
+                        .get(uid)
+                        .is_none_or(|w| w.view().state == "sync");
+                    if in_sync
+                        && pod.restart_policy != RestartPolicy::Always
+                        && all_regular_exited(pod, cs)
+                    {
+                        completion_checks
+                            .push((pod.clone(), cs.iter().map(|c| (*c).clone()).collect()));
+                    }
+                    continue;
+                }
+                if !reg.synced {
+                    continue;
+                }
+                match reg.workers.get(uid).map(Worker::view) {
+                    None if alive => {
+                        let info = PodInfo::from_runtime(uid, sbs, cs);
+                        tracing::info!(pod = %info.key(), podUID = %uid, "orphaned runtime pod found");
+                        let w = self.spawn_worker(info);
+                        w.mailbox.send_kill(KillRequest {
+                            grace_override: Some(grace::ORPHAN_GRACE),
+                            reason: KillReason::Orphan,
+                            done: None,
+                        });
+                        reg.workers.insert(uid.clone(), w);
+                    }
+                    // nothing runs and the pod is gone: its sandboxes are garbage
+                    None => gc_sandboxes.extend(sbs.iter().map(|s| s.id.clone())),
+                    Some(v) if v.state == "finished" => {
+                        gc_sandboxes.extend(sbs.iter().map(|s| s.id.clone()))
+                    }
+                    Some(_) => {}
+                }
+            }
+            // forget finished workers whose pod is neither desired nor in the runtime
+            let forget: Vec<PodUid> = reg
+                .workers
+                .iter()
+                .filter(|(uid, w)| {
+                    !reg.desired.contains_key(*uid)
+                        && !grouped.pods.contains_key(*uid)
+                        && w.view().state == "finished"
+                })
+                .map(|(u, _)| u.clone())
+                .collect();
+            for uid in forget {
+                reg.workers.remove(&uid);
+            }
+        }
+        for id in gc_sandboxes {
+            match rt.remove_pod_sandbox(&id).await {
+                Ok(()) => tracing::info!(sandboxID = %id, "removed sandbox of a finished orphan"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::warn!(sandboxID = %id, err = %e, "removing orphan sandbox failed")
+                }
+            }
+        }
+        for (pod, cs) in completion_checks {
+            if pod.restart_policy == RestartPolicy::OnFailure {
+                let mut all_zero = true;
+                for c in latest_regular(&pod, &cs) {
+                    match rt.container_status(&c.id).await {
+                        Ok(d) if d.exit_code == 0 => {}
+                        Ok(_) => all_zero = false,
+                        Err(e) => {
+                            tracing::debug!(err = %e, "container status failed");
+                            all_zero = false;
+                        }
+                    }
+                }
+                if !all_zero {
+                    continue;
+                }
+            }
+            tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
+            let _ = self.kill(
+                &pod.uid,
+                KillRequest {
+                    grace_override: None,
+                    reason: KillReason::Completed,
+                    done: None,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The newest runtime container per regular container name of the spec.
+fn latest_regular<'a>(pod: &PodInfo, cs: &'a [RuntimeContainer]) -> Vec<&'a RuntimeContainer> {
+    pod.containers
+        .iter()
+        .filter_map(|spec| {
+            cs.iter()
+                .filter(|c| c.name == spec.name)
+                .max_by_key(|c| (c.attempt, c.created_at))
+        })
+        .collect()
+}
+
+/// Every regular container of the spec has a runtime container and its newest one exited.
+fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
+    !pod.containers.is_empty()
+        && pod.containers.iter().all(|spec| {
+            cs.iter()
+                .filter(|c| c.name == spec.name)
+                .max_by_key(|c| (c.attempt, c.created_at))
+                .is_some_and(|c| c.state == ContainerRunState::Exited)
+        })
+}
+
+async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_opt<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+type KillFuture = BoxFuture<'static, (u64, Result<kill::KillReport, kill::KillError>)>;
+type CleanupFuture = BoxFuture<'static, (CleanupStage, Result<(), String>)>;
+
+fn update_input(pod: &PodInfo) -> Input {
+    Input::Update {
+        deletion_requested: pod.deletion_requested,
+        deletion_grace: pod.deletion_grace,
+        terminal_phase: pod.terminal_phase,
+        spec_grace: pod.spec_grace,
+    }
+}
+
+/// The owner task of one pod UID.
+async fn worker_loop<R: Runtime>(
+    inner: Arc<Inner<R>>,
+    mailbox: Arc<Mailbox>,
+    view: Arc<Mutex<PodView>>,
+    mut pod: PodInfo,
+) {
+    let mut m = PodMachine::new(pod.spec_grace);
+    let memory = Arc::new(KillMemory::default());
+    let mut kill_fut: Option<KillFuture> = None;
+    let mut cleanup_fut: Option<CleanupFuture> = None;
+    let mut retry: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut overdue: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut notices: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut step_name: &'static str = "waiting";
+    loop {
+        let mut inputs: Vec<Input> = Vec::new();
+        tokio::select! {
+            biased;
+            _ = inner.cancel.cancelled() => {
+                tracing::debug!("pod worker stopping with the agent; the pod is left as it is");
+                return;
+            }
+            _ = mailbox.notify.notified() => {
+                let mut p = mailbox.lock();
+                if let Some(newer) = p.update.take() {
+                    inputs.push(update_input(&newer));
+                    pod = newer;
+                }
+                for k in p.kills.drain(..) {
+                    if let Some(done) = k.done {
+                        notices.push(done);
+                    }
+                    inputs.push(Input::Kill { grace_override: k.grace_override, reason: k.reason });
+                }
+            }
+            (generation, r) = poll_opt(&mut kill_fut) => {
+                kill_fut = None;
+                overdue = None;
+                match &r {
+                    Ok(rep) => tracing::info!(
+                        containers = rep.containers_stopped,
+                        sandboxes = rep.sandboxes_stopped,
+                        "pod containers and sandboxes stopped"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(err = %e, "killing pod failed; will retry");
+                        inner.events.record(PodEvent {
+                            uid: pod.uid.clone(),
+                            namespace: pod.namespace.clone(),
+                            name: pod.name.clone(),
+                            reason: EventReason::FailedKillPod,
+                            message: format!("error killing pod: {e}"),
+                        });
+                    }
+                }
+                inputs.push(Input::KillDone { generation, ok: r.is_ok() });
+            }
+            (stage, r) = poll_opt(&mut cleanup_fut) => {
+                cleanup_fut = None;
+                if let Err(e) = &r {
+                    tracing::warn!(stage = ?stage, err = %e, "pod cleanup failed; will retry");
+                }
+                inputs.push(Input::CleanupDone { stage, ok: r.is_ok() });
+            }
+            _ = poll_opt(&mut retry) => {
+                retry = None;
+                inputs.push(Input::RetryDue);
+            }
+            _ = poll_opt(&mut overdue) => {
+                overdue = None;
+                tracing::warn!(gracePeriod = m.grace, "runtime did not stop the pod within its grace period");
+                inner.events.record(PodEvent {
+                    uid: pod.uid.clone(),
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    reason: EventReason::ExceededGracePeriod,
+                    message: "Container runtime did not kill the pod within specified grace period.".into(),
+                });
+            }
+        }
+        let mut finished = false;
+        for input in inputs {
+            let before = m.lifecycle.name();
+            let effects = lifecycle::step(&mut m, input, Instant::now());
+            if m.lifecycle.name() != before {
+                tracing::info!(
+                    from = before,
+                    to = m.lifecycle.name(),
+                    gracePeriod = m.grace,
+                    reason = m.reason.as_ref().map(KillReason::as_str),
+                    "pod lifecycle transition"
+                );
+            }
+            for effect in effects {
+                match effect {
+                    Effect::StartKill { generation, grace } => {
+                        if kill_fut.is_some() {
+                            tracing::info!(
+                                gracePeriod = grace,
+                                "shorter grace period: restarting the kill"
+                            );
+                        }
+                        retry = None;
+                        let reason = m.reason.as_ref().map_or("unknown", KillReason::as_str);
+                        let deadline = grace::as_duration(grace::container_stop_timeout(grace))
+                            + inner.config.exceeded_grace_slack;
+                        overdue = Some(Box::pin(tokio::time::sleep(deadline)));
+                        kill_fut = Some(match inner.authority.check(&pod.uid, reason) {
+                            Ok(()) => {
+                                let inner = inner.clone();
+                                let pod = pod.clone();
+                                let memory = memory.clone();
+                                Box::pin(async move {
+                                    let r = kill::kill_pod(
+                                        &*inner.runtime,
+                                        &inner.events,
+                                        &pod,
+                                        grace,
+                                        &memory,
+                                    )
+                                    .await;
+                                    (generation, r)
+                                })
+                            }
+                            Err(e) => {
+                                tracing::warn!(err = %e, "kill refused by the authority check");
+                                overdue = None;
+                                Box::pin(
+                                    async move { (generation, Err(kill::KillError::Refused(e))) },
+                                )
+                            }
+                        });
+                        step_name = "stopping containers";
+                    }
+                    Effect::StartCleanup(stage) => {
+                        let inner = inner.clone();
+                        let uid = pod.uid.clone();
+                        step_name = match stage {
+                            CleanupStage::Volumes => "waiting for volumes",
+                            CleanupStage::Cgroup => "removing pod cgroup",
+                        };
+                        cleanup_fut = Some(Box::pin(async move {
+                            let r = match stage {
+                                CleanupStage::Volumes => volumes::wait_unmounted(
+                                    &inner.config.root_dir,
+                                    &uid,
+                                    &inner.config.mountinfo,
+                                    inner.config.volume_poll,
+                                    inner.config.volume_wait,
+                                )
+                                .await
+                                .map_err(|e| e.to_string()),
+                                CleanupStage::Cgroup => inner
+                                    .cgroups
+                                    .destroy(&uid)
+                                    .await
+                                    .map(|rep| {
+                                        tracing::info!(
+                                            removedDirs = rep.removed_dirs,
+                                            killedPids = rep.killed_pids,
+                                            "pod cgroup removed"
+                                        )
+                                    })
+                                    .map_err(|e| e.to_string()),
+                            };
+                            (stage, r)
+                        }));
+                    }
+                    Effect::RetryAfter(d) => {
+                        let jitter = rand::rng().random_range(0..=d.as_millis() as u64 / 5);
+                        retry = Some(Box::pin(tokio::time::sleep(
+                            d + Duration::from_millis(jitter),
+                        )));
+                        step_name = "backing off";
+                    }
+                    Effect::KillComplete => {
+                        for n in notices.drain(..) {
+                            let _ = n.send(());
+                        }
+                    }
+                    Effect::Finished => {
+                        step_name = "done";
+                        finished = true;
+                    }
+                }
+            }
+        }
+        // a kill that arrives after termination completes is complete at once
+        if !matches!(
+            m.lifecycle,
+            lifecycle::Lifecycle::Sync | lifecycle::Lifecycle::Terminating { .. }
+        ) {
+            for n in notices.drain(..) {
+                let _ = n.send(());
+            }
+        }
+        {
+            let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+            v.state = m.lifecycle.name();
+            v.grace = m.grace;
+            v.deadline = m.kill_deadline();
+            v.step = step_name;
+            v.reason = m.reason.as_ref().map(KillReason::as_str);
+            v.key = pod.key();
+        }
+        if finished {
+            tracing::info!("pod worker finished");
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::RuntimeContainer;
+
+    fn rc(name: &str, attempt: u32, state: ContainerRunState) -> RuntimeContainer {
+        RuntimeContainer {
+            id: format!("{name}-{attempt}"),
+            sandbox_id: "s".into(),
+            name: name.into(),
+            attempt,
+            pod_uid: "u".into(),
+            state,
+            created_at: i64::from(attempt),
+            labels: HashMap::new(),
+            annotations: HashMap::new(),
+        }
+    }
+
+    fn pod(names: &[&str]) -> PodInfo {
+        let uid = PodUid::parse("u").unwrap();
+        let mut p = PodInfo::from_runtime(&uid, &[], &[]);
+        p.containers = names
+            .iter()
+            .map(|n| pod::ContainerSpec {
+                name: (*n).into(),
+                pre_stop: None,
+                ports: vec![],
+            })
+            .collect();
+        p
+    }
+
+    #[test]
+    fn completion_needs_every_regular_container_exited() {
+        let p = pod(&["a", "b"]);
+        let a = rc("a", 0, ContainerRunState::Exited);
+        let b0 = rc("b", 0, ContainerRunState::Exited);
+        let b1 = rc("b", 1, ContainerRunState::Running);
+        assert!(!all_regular_exited(&p, &[&a]), "b never started");
+        assert!(all_regular_exited(&p, &[&a, &b0]));
+        assert!(!all_regular_exited(&p, &[&a, &b0, &b1]), "b restarted");
+        assert!(!all_regular_exited(&pod(&[]), &[]));
+    }
+}
