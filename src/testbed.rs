@@ -1,1 +1,377 @@
+//! Test bed helpers (no kubelet counterpart; they do what the kubelet's `SyncPod` does when it
+//! starts a pod, so tests, benchmarks and the demo can create pods the way a real node has them).
+//!
+//! * [`Testbed`] runs a private containerd through `testbed/testbed.sh` (own socket, state,
+//!   and cgroup root) and tears it down on drop: pods first, then containerd, then cgroups.
+//! * [`launch`] creates a pod through CRI like the kubelet: sandbox metadata and labels, log
+//!   directory, cgroup parent by QoS class (cgroupfs naming), namespace options on the sandbox
+//!   and the same options on every container, the kubelet's container labels and annotations
+//!   (grace, preStop handler JSON, restart count), sidecars started first.
+//!
+//! Invariant: nothing here is used by the agent itself.
 
+use crate::cgroups::{CgroupDriver, CgroupNaming};
+use crate::cri::{self, CriClient, CriConfig, pb};
+use crate::pod::{PodInfo, PodUid, QosClass};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+pub const BUSYBOX_IMAGE: &str = "reaplet.test/busybox:latest";
+
+/// A private containerd. Dropping it stops it and cleans everything up.
+#[derive(Debug)]
+pub struct Testbed {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    /// The cgroup root test pods go below (`/reaplet-tb-<name>`), in every hierarchy.
+    pub cgroup_root: String,
+    script: PathBuf,
+}
+
+impl Testbed {
+    /// Starts a private containerd named `name` using the script in `repo/testbed/`.
+    /// Panics with a clear message when it cannot (not root, packages missing).
+    pub fn start(repo: &Path, name: &str) -> Testbed {
+        // SAFETY-free check of the effective uid through /proc (no libc call needed)
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?");
+        assert!(
+            euid == "0",
+            "\n\n*** reaplet integration tests need root (containerd, cgroups, mounts); \
+             euid is {euid}. Run them as root (CI does). ***\n"
+        );
+        let dir = PathBuf::from(format!("/tmp/reaplet-tb-{name}"));
+        let cgroup_root = format!("/reaplet-tb-{name}");
+        let script = repo.join("testbed/testbed.sh");
+        let tb = Testbed {
+            socket: dir.join("containerd.sock"),
+            dir,
+            cgroup_root,
+            script,
+        };
+        // a previous run that was killed may have left this instance behind
+        let _ = tb.run("stop");
+        let out = tb.run("start").expect("running testbed/testbed.sh");
+        assert!(
+            out.status.success(),
+            "\n\n*** the containerd test bed did not start: {}\n{} ***\n",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tb
+    }
+
+    fn run(&self, cmd: &str) -> std::io::Result<std::process::Output> {
+        Command::new("bash")
+            .arg(&self.script)
+            .arg(cmd)
+            .env("REAPLET_TESTBED_DIR", &self.dir)
+            .env("REAPLET_TESTBED_CGROUP_ROOT", &self.cgroup_root)
+            .output()
+    }
+
+    /// The kubelet's endpoint form for this instance.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub fn client(&self) -> CriClient {
+        CriClient::new(&CriConfig {
+            endpoint: self.endpoint(),
+            request_timeout: Duration::from_secs(120),
+        })
+        .expect("test bed endpoint is valid")
+    }
+
+    pub fn naming(&self) -> CgroupNaming {
+        CgroupNaming::new(CgroupDriver::Cgroupfs, &self.cgroup_root).expect("valid cgroup root")
+    }
+
+    /// containerd's log, for failure messages.
+    pub fn containerd_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        match self.run("stop") {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "testbed stop failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("testbed stop failed: {e}"),
+        }
+    }
+}
+
+/// One container of a test pod.
+#[derive(Debug, Clone)]
+pub struct ContainerTemplate {
+    pub name: String,
+    /// Run with `/bin/sh -c`.
+    pub script: String,
+    /// The preStop handler as the API has it (`v1.LifecycleHandler` JSON).
+    pub pre_stop: Option<serde_json::Value>,
+}
+
+impl ContainerTemplate {
+    pub fn new(name: &str, script: &str) -> Self {
+        Self {
+            name: name.into(),
+            script: script.into(),
+            pre_stop: None,
+        }
+    }
+
+    pub fn pre_stop(mut self, handler: serde_json::Value) -> Self {
+        self.pre_stop = Some(handler);
+        self
+    }
+}
+
+/// A container script that stops at once, with exit 0, on SIGTERM.
+pub const TRAPS_TERM: &str = "trap 'exit 0' TERM; sleep 3600 & wait $!";
+/// A container script that ignores SIGTERM (as PID 1 with no handler).
+pub const IGNORES_TERM: &str = "exec sleep 3600";
+
+/// A test pod.
+#[derive(Debug, Clone)]
+pub struct PodTemplate {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// `spec.terminationGracePeriodSeconds`.
+    pub grace: i64,
+    pub restart_policy: &'static str,
+    pub containers: Vec<ContainerTemplate>,
+    /// Restartable init containers, in declaration order.
+    pub sidecars: Vec<ContainerTemplate>,
+}
+
+static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A fresh UUID-shaped pod UID.
+pub fn new_uid() -> String {
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let r: u64 = rand::random();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        (t >> 32) as u32,
+        (t >> 16) as u16,
+        (n & 0xfff) as u16,
+        (r & 0xfff) as u16,
+        (r >> 16) & 0xffff_ffff_ffff
+    )
+}
+
+impl PodTemplate {
+    pub fn new(name: &str, grace: i64) -> Self {
+        Self {
+            name: name.into(),
+            namespace: "default".into(),
+            uid: new_uid(),
+            grace,
+            restart_policy: "Always",
+            containers: Vec::new(),
+            sidecars: Vec::new(),
+        }
+    }
+
+    pub fn container(mut self, c: ContainerTemplate) -> Self {
+        self.containers.push(c);
+        self
+    }
+
+    pub fn sidecar(mut self, c: ContainerTemplate) -> Self {
+        self.sidecars.push(c);
+        self
+    }
+
+    /// The API object this pod would have (host network, BestEffort).
+    pub fn api_object(&self) -> serde_json::Value {
+        let c = |t: &ContainerTemplate, sidecar: bool| {
+            let mut v = serde_json::json!({
+                "name": t.name, "image": BUSYBOX_IMAGE,
+                "command": ["/bin/sh", "-c", t.script],
+            });
+            if let Some(h) = &t.pre_stop {
+                v["lifecycle"] = serde_json::json!({ "preStop": h });
+            }
+            if sidecar {
+                v["restartPolicy"] = "Always".into();
+            }
+            v
+        };
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+            "spec": {
+                "nodeName": "testnode",
+                "hostNetwork": true,
+                "restartPolicy": self.restart_policy,
+                "terminationGracePeriodSeconds": self.grace,
+                "initContainers": self.sidecars.iter().map(|t| c(t, true)).collect::<Vec<_>>(),
+                "containers": self.containers.iter().map(|t| c(t, false)).collect::<Vec<_>>(),
+            },
+            "status": {"phase": "Running", "qosClass": "BestEffort"}
+        })
+    }
+
+    /// What the pipeline is fed for this pod (through the real API-object conversion).
+    pub fn pod_info(&self) -> PodInfo {
+        let pod: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(self.api_object()).expect("template is a valid pod");
+        PodInfo::from_api(&pod).expect("template converts")
+    }
+
+    /// The same pod with `metadata.deletionTimestamp` set and `deletionGracePeriodSeconds`.
+    pub fn deleted(&self, deletion_grace: i64) -> PodInfo {
+        let mut p = self.pod_info();
+        p.deletion_requested = true;
+        p.deletion_grace = Some(deletion_grace);
+        p
+    }
+}
+
+/// A pod created in the runtime.
+#[derive(Debug, Clone)]
+pub struct LaunchedPod {
+    pub uid: PodUid,
+    pub sandbox_id: String,
+    /// (container name, container id)
+    pub containers: Vec<(String, String)>,
+}
+
+impl LaunchedPod {
+    pub fn container_id(&self, name: &str) -> &str {
+        &self
+            .containers
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("container exists")
+            .1
+    }
+}
+
+fn ns_options() -> pb::NamespaceOption {
+    pb::NamespaceOption {
+        network: pb::NamespaceMode::Node as i32,
+        pid: pb::NamespaceMode::Container as i32,
+        ipc: pb::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// Creates and starts `t` through CRI as the kubelet would.
+pub async fn launch(
+    tb: &Testbed,
+    t: &PodTemplate,
+) -> Result<LaunchedPod, Box<dyn std::error::Error + Send + Sync>> {
+    let mut client = tb.client().raw();
+    let uid = PodUid::parse(&t.uid)?;
+    let labels: HashMap<String, String> = [
+        (cri::LABEL_POD_NAME, t.name.as_str()),
+        (cri::LABEL_POD_NAMESPACE, t.namespace.as_str()),
+        (cri::LABEL_POD_UID, t.uid.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let log_dir = tb.dir.join("logs").join(&t.uid);
+    std::fs::create_dir_all(&log_dir)?;
+    let parent = Path::new("/").join(tb.naming().pod_cgroup(&uid, QosClass::BestEffort));
+    let sandbox_config = pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: t.name.clone(),
+            uid: t.uid.clone(),
+            namespace: t.namespace.clone(),
+            attempt: 0,
+        }),
+        // host network: the UTS namespace is the node's, so no hostname is set
+        log_directory: log_dir.display().to_string(),
+        labels: labels.clone(),
+        annotations: [("kubernetes.io/config.source".to_owned(), "api".to_owned())].into(),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: parent.display().to_string(),
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(ns_options()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sandbox_id = client
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(sandbox_config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let mut containers = Vec::new();
+    for ct in t.sidecars.iter().chain(&t.containers) {
+        let mut clabels = labels.clone();
+        clabels.insert(cri::LABEL_CONTAINER_NAME.into(), ct.name.clone());
+        let mut ann: HashMap<String, String> = HashMap::new();
+        ann.insert(cri::ANNOTATION_GRACE.into(), t.grace.to_string());
+        ann.insert(cri::ANNOTATION_RESTART_COUNT.into(), "0".into());
+        if let Some(h) = &ct.pre_stop {
+            ann.insert(cri::ANNOTATION_PRESTOP.into(), h.to_string());
+        }
+        let config = pb::ContainerConfig {
+            metadata: Some(pb::ContainerMetadata {
+                name: ct.name.clone(),
+                attempt: 0,
+            }),
+            image: Some(pb::ImageSpec {
+                image: BUSYBOX_IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["/bin/sh".into(), "-c".into(), ct.script.clone()],
+            log_path: format!("{}/0.log", ct.name),
+            labels: clabels,
+            annotations: ann,
+            linux: Some(pb::LinuxContainerConfig {
+                resources: Some(pb::LinuxContainerResources::default()),
+                security_context: Some(pb::LinuxContainerSecurityContext {
+                    namespace_options: Some(ns_options()),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let id = client
+            .create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.clone(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id;
+        client
+            .start_container(pb::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await?;
+        containers.push((ct.name.clone(), id));
+    }
+    Ok(LaunchedPod {
+        uid,
+        sandbox_id,
+        containers,
+    })
+}

@@ -9,14 +9,16 @@
 #   testbed/testbed.sh status    exit 0 when the private containerd is running
 #
 # Settings (environment): REAPLET_TESTBED_DIR (default /tmp/reaplet-testbed),
-# REAPLET_CACHE_DIR (default ~/.cache/reaplet). The socket is $REAPLET_TESTBED_DIR/containerd.sock;
-# pods go below the cgroup root /reaplet-testbed in every hierarchy (testbed::CGROUP_ROOT).
+# REAPLET_CACHE_DIR (default ~/.cache/reaplet), REAPLET_TESTBED_CGROUP_ROOT (default /reaplet-testbed:
+# the cgroup root the test pods go below, in every hierarchy, and that stop cleans).
+# The socket is $REAPLET_TESTBED_DIR/containerd.sock.
 set -euo pipefail
 
 DIR=${REAPLET_TESTBED_DIR:-/tmp/reaplet-testbed}
 CACHE=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}
 SOCK=$DIR/containerd.sock
-CGROUP_ROOT=reaplet-testbed
+CGROUP_ROOT=${REAPLET_TESTBED_CGROUP_ROOT:-reaplet-testbed}
+CGROUP_ROOT=${CGROUP_ROOT#/}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUSYBOX_IMAGE=reaplet.test/busybox:latest
 PAUSE_IMAGE=reaplet.test/pause:latest

@@ -1,0 +1,429 @@
+//! The termination pipeline end to end against a real containerd (privileged: needs root;
+//! every test starts its own private containerd through testbed/testbed.sh).
+
+mod common;
+
+use common::*;
+use reaplet::cri::pb;
+use reaplet::lifecycle::KillReason;
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
+use reaplet::workers::KillRequest;
+use serde_json::json;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn term_trapping_container_stops_at_once_with_exit_0() {
+    let h = Harness::new("trap").await;
+    let t = PodTemplate::new("trap", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let st = h.status(p.container_id("app")).await;
+    assert_eq!(st.exit_code, 0);
+    let took = secs(st.finished_at - t0);
+    assert!(
+        took < 1.0,
+        "a TERM-trapping container took {took:.3}s to stop"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn term_ignoring_container_is_killed_at_its_grace_never_before() {
+    let h = Harness::new("ignore").await;
+    let t = PodTemplate::new("ignore", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(3));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let st = h.status(p.container_id("app")).await;
+    assert_eq!(st.exit_code, 137, "SIGKILLed");
+    let took = secs(st.finished_at - t0);
+    assert!(took >= 3.0, "killed after {took:.3}s, before its 3 s grace");
+    assert!(
+        took < 4.5,
+        "killed after {took:.3}s, long after its 3 s grace"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
+    let h = Harness::new("floor").await;
+    let t = PodTemplate::new("floor", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t0 = now_ns();
+    h.workers
+        .kill(
+            &p.uid,
+            KillRequest {
+                grace_override: Some(0),
+                reason: KillReason::Requested {
+                    disruption: None,
+                    message: "test".into(),
+                },
+                done: Some(tx),
+            },
+        )
+        .unwrap();
+    tokio::time::timeout(LIMIT, rx)
+        .await
+        .expect("kill notice in time")
+        .expect("kill notice sent");
+    let st = h.status(p.container_id("app")).await;
+    assert_eq!(st.exit_code, 137);
+    let took = secs(st.finished_at - t0);
+    assert!(
+        took >= 2.0,
+        "grace 0 → 1 → 2 s floor, but killed after {took:.3}s"
+    );
+    assert!(took < 3.5, "killed after {took:.3}s");
+    let v = h.wait_state(&p.uid, "finished", LIMIT).await;
+    assert_eq!(v.grace, Some(1));
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shorter_grace_mid_way_cuts_the_kill_short() {
+    let h = Harness::new("shorten").await;
+    let t = PodTemplate::new("shorten", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, "terminating", LIMIT).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t1 = now_ns();
+    h.workers.upsert(t.deleted(3));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let st = h.status(p.container_id("app")).await;
+    assert_eq!(st.exit_code, 137);
+    let after_shorten = secs(st.finished_at - t1);
+    assert!(
+        after_shorten >= 3.0,
+        "killed {after_shorten:.3}s after the shortening, before 3 s"
+    );
+    assert!(
+        after_shorten < 4.5,
+        "killed {after_shorten:.3}s after the shortening (30 s grace kept?)"
+    );
+    assert!(secs(st.finished_at - t0) < 6.0);
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_prestop_runs_before_sigterm_and_its_time_comes_off_the_grace() {
+    let mut h = Harness::new("prestop").await;
+    let marker_trap = "trap '[ -f /tmp/prestop ] && exit 0 || exit 3' TERM; sleep 3600 & wait $!";
+    let t = PodTemplate::new("prestop", 5)
+        .container(ContainerTemplate::new("ordered", marker_trap).pre_stop(
+            json!({"exec": {"command": ["/bin/sh", "-c", "touch /tmp/prestop; sleep 2"]}}),
+        ))
+        .container(
+            ContainerTemplate::new("deducted", IGNORES_TERM)
+                .pre_stop(json!({"exec": {"command": ["/bin/sh", "-c", "sleep 2"]}})),
+        );
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(5));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let ordered = h.status(p.container_id("ordered")).await;
+    assert_eq!(
+        ordered.exit_code, 0,
+        "SIGTERM arrived before the preStop hook had run"
+    );
+    assert!(secs(ordered.finished_at - t0) >= 2.0);
+    let deducted = h.status(p.container_id("deducted")).await;
+    assert_eq!(deducted.exit_code, 137);
+    let took = secs(deducted.finished_at - t0);
+    // 2 s hook + (5 - 2) s = 5 s; without the deduction it would be 7 s
+    assert!(took >= 5.0, "killed after {took:.3}s, before the grace");
+    assert!(
+        took < 6.5,
+        "killed after {took:.3}s: the hook's time was not deducted"
+    );
+    let ev = h.drain_events();
+    assert!(
+        ev.iter().all(|e| e.reason.as_str() != "FailedPreStopHook"),
+        "{ev:?}"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prestop_longer_than_grace_is_cut_and_the_container_still_gets_two_seconds() {
+    let mut h = Harness::new("longhook").await;
+    let t = PodTemplate::new("longhook", 3).container(
+        ContainerTemplate::new("app", IGNORES_TERM).pre_stop(
+            json!({"exec": {"command": ["/bin/sh", "-c", "echo s3cr3t-token; sleep 100"]}}),
+        ),
+    );
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(3));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let st = h.status(p.container_id("app")).await;
+    assert_eq!(st.exit_code, 137);
+    let took = secs(st.finished_at - t0);
+    // hook cut at 3 s, then the 2 s floor
+    assert!(took >= 5.0, "killed after {took:.3}s");
+    assert!(
+        took < 6.5,
+        "killed after {took:.3}s: the hook was not cut at the grace"
+    );
+    let ev = h.drain_events();
+    let failed: Vec<_> = ev
+        .iter()
+        .filter(|e| e.reason.as_str() == "FailedPreStopHook")
+        .collect();
+    assert_eq!(failed.len(), 1, "{ev:?}");
+    assert!(
+        ev.iter().all(|e| !e.message.contains("s3cr3t")),
+        "hook output leaked into an event"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_sleep_prestop_hooks_run_before_sigterm() {
+    let h = Harness::new("hooks").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel::<(i64, String)>(4);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let _ = seen_tx.send((now_ns(), head)).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                .await;
+        }
+    });
+    let t = PodTemplate::new("hooks", 30)
+        .container(ContainerTemplate::new("web", TRAPS_TERM).pre_stop(json!({
+            "httpGet": {"port": port, "path": "/shutdown", "httpHeaders": [{"name": "X-Test", "value": "1"}]}
+        })))
+        .container(ContainerTemplate::new("sleeper", TRAPS_TERM).pre_stop(json!({"sleep": {"seconds": 1}})));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let t0 = now_ns();
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let (at, head) = seen_rx
+        .try_recv()
+        .expect("the httpGet hook reached the server");
+    assert!(head.starts_with("GET /shutdown HTTP/1.1"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("x-test: 1"), "{head}");
+    let web = h.status(p.container_id("web")).await;
+    assert_eq!(web.exit_code, 0);
+    assert!(at <= web.finished_at, "SIGTERM before the http hook");
+    let sleeper = h.status(p.container_id("sleeper")).await;
+    assert_eq!(sleeper.exit_code, 0);
+    assert!(
+        secs(sleeper.finished_at - t0) >= 1.0,
+        "SIGTERM before the sleep hook ended"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_stop_after_main_containers_in_reverse_order() {
+    let h = Harness::new("sidecar").await;
+    let slow = "trap 'sleep 1; exit 0' TERM; sleep 3600 & wait $!";
+    let t = PodTemplate::new("sidecar", 30)
+        .sidecar(ContainerTemplate::new("first", TRAPS_TERM))
+        .sidecar(ContainerTemplate::new("second", TRAPS_TERM))
+        .container(ContainerTemplate::new("main", slow));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let main = h.status(p.container_id("main")).await;
+    let second = h.status(p.container_id("second")).await;
+    let first = h.status(p.container_id("first")).await;
+    assert_eq!(
+        (main.exit_code, second.exit_code, first.exit_code),
+        (0, 0, 0)
+    );
+    assert!(
+        second.finished_at > main.finished_at,
+        "sidecar stopped before the main container"
+    );
+    assert!(
+        first.finished_at > second.finished_at,
+        "sidecars not in reverse declaration order"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_is_stopped_with_grace_one_and_its_prestop_rebuilt_from_annotations() {
+    let h = Harness::new("orphan").await;
+    let marker_trap = "trap '[ -f /tmp/prestop ] && exit 0 || exit 3' TERM; sleep 3600 & wait $!";
+    let t = PodTemplate::new("orphan", 600)
+        .container(ContainerTemplate::new("stubborn", IGNORES_TERM))
+        .container(
+            ContainerTemplate::new("hooked", marker_trap)
+                .pre_stop(json!({"exec": {"command": ["/bin/sh", "-c", "touch /tmp/prestop"]}})),
+        );
+    let p = launch(&h.tb, &t).await.unwrap();
+    let t0 = now_ns();
+    // the desired set is known and does not have this pod
+    h.workers.set_desired(vec![], Some(1));
+    let v = h.wait_state(&p.uid, "finished", LIMIT).await;
+    assert_eq!(v.grace, Some(1));
+    assert_eq!(v.reason, Some("orphan"));
+    let stubborn = h.status(p.container_id("stubborn")).await;
+    assert_eq!(stubborn.exit_code, 137);
+    let took = secs(stubborn.finished_at - t0);
+    assert!(
+        took >= 2.0,
+        "orphan killed after {took:.3}s, inside the 2 s floor"
+    );
+    assert!(
+        took < 4.5,
+        "orphan killed after {took:.3}s, not with grace 1 (spec says 600)"
+    );
+    let hooked = h.status(p.container_id("hooked")).await;
+    assert_eq!(
+        hooked.exit_code, 0,
+        "the preStop from the annotation did not run first"
+    );
+    h.assert_gone(&p.uid).await;
+    // a finished orphan's sandbox is garbage-collected
+    let start = tokio::time::Instant::now();
+    loop {
+        use reaplet::cri::Runtime;
+        let left = h.client.list_sandboxes(Some(p.uid.as_str())).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "orphan sandbox never removed: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_orphans_before_the_desired_set_is_known() {
+    let h = Harness::new("unsynced").await;
+    let t = PodTemplate::new("unsynced", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.workers.relist().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        h.workers.view(&p.uid),
+        None,
+        "acted on an orphan before the first pod list"
+    );
+    use reaplet::cri::Runtime;
+    let cs = h
+        .client
+        .list_containers(Some(p.uid.as_str()))
+        .await
+        .unwrap();
+    assert!(
+        cs.iter()
+            .all(|c| c.state == reaplet::cri::ContainerRunState::Running)
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn natural_completion_terminates_on_its_own() {
+    let h = Harness::new("complete").await;
+    let mut done = PodTemplate::new("done", 30).container(ContainerTemplate::new("job", "exit 0"));
+    done.restart_policy = "Never";
+    let mut failing =
+        PodTemplate::new("failing", 30).container(ContainerTemplate::new("job", "exit 1"));
+    failing.restart_policy = "OnFailure";
+    let pd = launch(&h.tb, &done).await.unwrap();
+    let pf = launch(&h.tb, &failing).await.unwrap();
+    h.workers
+        .set_desired(vec![done.pod_info(), failing.pod_info()], Some(1));
+    let v = h.wait_state(&pd.uid, "finished", LIMIT).await;
+    assert_eq!(v.reason, Some("completed"));
+    h.assert_gone(&pd.uid).await;
+    // OnFailure with a failed container would be restarted: not complete
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(h.workers.view(&pf.uid).unwrap().state, "sync");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_runtime_labels_are_skipped_never_touched() {
+    let h = Harness::new("hostile").await;
+    let mut client = h.client.raw();
+    let cfg = pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: "evil".into(),
+            uid: "../../etc".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        labels: [("io.kubernetes.pod.uid".to_owned(), "../../etc".to_owned())].into(),
+        log_directory: h.tb.dir.join("logs/evil").display().to_string(),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            cgroup_parent: format!("{}/kubepods/besteffort/podevil", h.tb.cgroup_root),
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(pb::NamespaceOption {
+                    network: pb::NamespaceMode::Node as i32,
+                    pid: pb::NamespaceMode::Container as i32,
+                    ipc: pb::NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    std::fs::create_dir_all(h.tb.dir.join("logs/evil")).unwrap();
+    let id = client
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(cfg),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    h.workers.set_desired(vec![], Some(1));
+    h.workers.relist().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        h.workers.snapshot().is_empty(),
+        "{:?}",
+        h.workers.snapshot()
+    );
+    use reaplet::cri::Runtime;
+    let sbs = h.client.list_sandboxes(None).await.unwrap();
+    assert!(
+        sbs.iter().any(|s| s.id == id && s.ready),
+        "the hostile sandbox was touched"
+    );
+    h.shutdown().await;
+}
