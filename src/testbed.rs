@@ -27,7 +27,8 @@ pub struct Testbed {
     pub socket: PathBuf,
     /// The cgroup root test pods go below (`/reaplet-tb-<name>`), in every hierarchy.
     pub cgroup_root: String,
-    script: PathBuf,
+    /// The script that started it; `None` for an attached instance (left running on drop).
+    script: Option<PathBuf>,
 }
 
 impl Testbed {
@@ -53,7 +54,7 @@ impl Testbed {
             socket: dir.join("containerd.sock"),
             dir,
             cgroup_root,
-            script,
+            script: Some(script),
         };
         // a previous run that was killed may have left this instance behind
         let _ = tb.run("stop");
@@ -67,9 +68,22 @@ impl Testbed {
         tb
     }
 
+    /// Uses an instance started elsewhere (`testbed.sh start`); dropping it leaves it running.
+    pub fn attach(dir: PathBuf, cgroup_root: String) -> Testbed {
+        Testbed {
+            socket: dir.join("containerd.sock"),
+            dir,
+            cgroup_root,
+            script: None,
+        }
+    }
+
     fn run(&self, cmd: &str) -> std::io::Result<std::process::Output> {
+        let Some(script) = &self.script else {
+            return Err(std::io::Error::other("attached test bed: not managed here"));
+        };
         Command::new("bash")
-            .arg(&self.script)
+            .arg(script)
             .arg(cmd)
             .env("REAPLET_TESTBED_DIR", &self.dir)
             .env("REAPLET_TESTBED_CGROUP_ROOT", &self.cgroup_root)
@@ -101,6 +115,9 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
+        if self.script.is_none() {
+            return;
+        }
         match self.run("stop") {
             Ok(o) if o.status.success() => {}
             Ok(o) => eprintln!(

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# reaplet's whole test suite. Installs what it needs (containerd, runc, busybox-static from
+# Debian's packages; busybox and pause images built locally), then: format check, clippy with
+# warnings as errors, unit tests, and the integration tests against real containerd instances
+# (each integration test starts its own private containerd through testbed/testbed.sh).
+# Needs root: the integration tests run containers, remove cgroups and mount a tmpfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test.sh: the integration tests need root (containerd, cgroups, mounts)." >&2
+    echo "scripts/test.sh: run as root; they are never skipped." >&2
+    exit 1
+fi
+
+testbed/testbed.sh install
+testbed/testbed.sh images >/dev/null
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+# the integration tests mostly wait on grace periods: run several at once
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test --all-targets --locked
