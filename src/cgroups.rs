@@ -492,6 +492,31 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn pod_cgroup_paths_never_leave_the_root(
+            uid in "\\PC{0,70}",
+            systemd in proptest::bool::ANY,
+            root in "(/[a-z0-9_-]{1,8}){0,3}",
+        ) {
+            let Ok(uid) = PodUid::parse(&uid) else { return Ok(()) };
+            let (driver, root) = if systemd {
+                (CgroupDriver::Systemd, root.split('/').filter(|s| !s.is_empty()).map(|s| format!("/{s}.slice")).collect::<String>())
+            } else {
+                (CgroupDriver::Cgroupfs, root)
+            };
+            let root = if root.is_empty() { "/".to_string() } else { root };
+            let naming = CgroupNaming::new(driver, &root).unwrap();
+            let mount = Path::new("/sys/fs/cgroup/memory");
+            for qos in [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort] {
+                let rel = naming.pod_cgroup(&uid, qos);
+                let full = contained(mount, &naming.root_path(), &rel).unwrap();
+                proptest::prop_assert!(full.starts_with(mount.join(naming.root_path())));
+                proptest::prop_assert_eq!(full.components().count(), mount.components().count() + rel.components().count());
+            }
+        }
+    }
+
     #[test]
     fn bad_roots_rejected() {
         for r in ["relative", "/a/../b", "/a/./b", "/a b"] {

@@ -252,3 +252,196 @@ async fn kill_container<R: Runtime>(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::fake::{Behaviour, Call, FakeRuntime};
+    use crate::pod::{Handler, PodUid};
+    use std::time::Duration;
+
+    fn pod(uid: &str, regular: &[(&str, Option<Handler>)], sidecars: &[&str]) -> PodInfo {
+        let mut p = PodInfo::from_runtime(&PodUid::parse(uid).unwrap(), &[], &[]);
+        let spec = |n: &str, h: Option<Handler>| ContainerSpec {
+            name: n.into(),
+            pre_stop: h,
+            ports: vec![],
+        };
+        p.containers = regular.iter().map(|(n, h)| spec(n, h.clone())).collect();
+        p.sidecars = sidecars.iter().map(|n| spec(n, None)).collect();
+        p
+    }
+
+    fn sleep_hook(secs: u64) -> Option<Handler> {
+        Some(Handler::Exec {
+            command: vec!["sleep".into(), secs.to_string()],
+        })
+    }
+
+    async fn run(rt: &FakeRuntime, p: &PodInfo, grace: i64) -> Result<KillReport, KillError> {
+        kill_pod(rt, &EventSink::log_only(), p, grace, &KillMemory::default()).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prestop_time_comes_off_the_grace() {
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        let t0 = Instant::now();
+        run(&rt, &pod("p", &[("app", sleep_hook(4))], &[]), 10)
+            .await
+            .unwrap();
+        let stops = rt.stops_of("p-app");
+        assert_eq!(stops.len(), 1);
+        assert_eq!(stops[0].0, 6, "10 s grace - 4 s hook");
+        assert_eq!(
+            stops[0].1 - t0,
+            Duration::from_secs(4),
+            "SIGTERM only after the hook"
+        );
+        assert_eq!(rt.exit_code("p-app"), Some(137));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prestop_longer_than_grace_is_cut_and_floor_applies() {
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        let (events, mut rx) = EventSink::channel(8);
+        let t0 = Instant::now();
+        kill_pod(
+            &rt,
+            &events,
+            &pod("p", &[("app", sleep_hook(100))], &[]),
+            3,
+            &KillMemory::default(),
+        )
+        .await
+        .unwrap();
+        let stops = rt.stops_of("p-app");
+        assert_eq!(
+            stops[0],
+            (2, t0 + Duration::from_secs(3)),
+            "hook cut at 3 s, then the 2 s floor"
+        );
+        let mut reasons = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            reasons.push(e.reason);
+        }
+        assert!(
+            reasons.contains(&EventReason::FailedPreStopHook),
+            "{reasons:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn grace_one_gets_two_seconds() {
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        run(&rt, &pod("p", &[("app", None)], &[]), 1).await.unwrap();
+        assert_eq!(rt.stops_of("p-app")[0].0, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecars_wait_for_main_then_reverse_order_and_the_wait_is_deducted() {
+        let rt = FakeRuntime::default();
+        rt.add_pod(
+            "p",
+            &[
+                ("main", Behaviour::ExitOnTerm(Duration::from_secs(3))),
+                ("first", Behaviour::ExitOnTerm(Duration::from_secs(1))),
+                ("second", Behaviour::ExitOnTerm(Duration::from_secs(1))),
+            ],
+        );
+        let t0 = Instant::now();
+        run(&rt, &pod("p", &[("main", None)], &["first", "second"]), 10)
+            .await
+            .unwrap();
+        let main = rt.stops_of("p-main")[0];
+        let second = rt.stops_of("p-second")[0];
+        let first = rt.stops_of("p-first")[0];
+        assert_eq!(main, (10, t0));
+        assert_eq!(
+            second,
+            (7, t0 + Duration::from_secs(3)),
+            "after main; 3 s waited off the grace"
+        );
+        assert_eq!(
+            first,
+            (6, t0 + Duration::from_secs(4)),
+            "after second (reverse order)"
+        );
+        // sandbox only after every container
+        let calls = rt.calls();
+        let sb = calls
+            .iter()
+            .position(|c| matches!(c, Call::StopPodSandbox { .. }))
+            .unwrap();
+        assert!(
+            calls[..sb]
+                .iter()
+                .filter(|c| matches!(c, Call::StopContainer { .. }))
+                .count()
+                == 3
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecar_prestop_starts_at_once_in_parallel() {
+        let rt = FakeRuntime::default();
+        rt.add_pod(
+            "p",
+            &[
+                ("main", Behaviour::ExitOnTerm(Duration::from_secs(5))),
+                ("proxy", Behaviour::ExitOnTerm(Duration::ZERO)),
+            ],
+        );
+        let mut p = pod("p", &[("main", None)], &["proxy"]);
+        p.sidecars[0].pre_stop = sleep_hook(2);
+        let t0 = Instant::now();
+        run(&rt, &p, 30).await.unwrap();
+        let exec_at = rt
+            .calls()
+            .into_iter()
+            .find_map(|c| match c {
+                Call::ExecSync { id, at } if id == "p-proxy" => Some(at),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            exec_at, t0,
+            "the sidecar's hook starts with the main containers"
+        );
+        // hook 2 s, then waits for main (until t=5): 30 - 2 - 3 = 25
+        assert_eq!(rt.stops_of("p-proxy")[0], (25, t0 + Duration::from_secs(5)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_container_still_running_after_stop_is_an_error() {
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::Liar)]);
+        let r = run(&rt, &pod("p", &[("app", None)], &[]), 5).await;
+        assert!(matches!(r, Err(KillError::StillRunning { .. })), "{r:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn prestop_runs_once_across_restarted_kills() {
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        let p = pod("p", &[("app", sleep_hook(1))], &[]);
+        let memory = KillMemory::default();
+        let events = EventSink::log_only();
+        // first attempt cancelled during the hook, as a shorter grace does
+        let _ = tokio::time::timeout(
+            Duration::from_millis(500),
+            kill_pod(&rt, &events, &p, 30, &memory),
+        )
+        .await;
+        kill_pod(&rt, &events, &p, 3, &memory).await.unwrap();
+        let execs = rt
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::ExecSync { .. }))
+            .count();
+        assert_eq!(execs, 1);
+        assert_eq!(rt.stops_of("p-app")[0].0, 3);
+    }
+}

@@ -575,6 +575,77 @@ mod tests {
     }
 
     #[test]
+    fn hostile_graces_in_the_api_object() {
+        let p = pod_json(serde_json::json!({
+            "metadata": {"name": "x", "uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "deletionGracePeriodSeconds": -7},
+            "spec": {"terminationGracePeriodSeconds": i64::MAX, "containers": []}
+        }));
+        let i = PodInfo::from_api(&p).unwrap();
+        assert_eq!(
+            crate::grace::effective_grace(None, i.deletion_grace, None, i.spec_grace),
+            1,
+            "a negative deletion grace means 1"
+        );
+        let p = pod_json(serde_json::json!({
+            "metadata": {"name": "x", "uid": "u1"},
+            "spec": {"terminationGracePeriodSeconds": i64::MIN, "containers": []}
+        }));
+        let i = PodInfo::from_api(&p).unwrap();
+        assert_eq!(
+            crate::grace::effective_grace(None, None, None, i.spec_grace),
+            1
+        );
+        // a value beyond i64 is not a pod: the decoder rejects it (the source logs and skips)
+        let r: Result<api::Pod, _> = serde_json::from_str(
+            r#"{"metadata":{"uid":"u1"},"spec":{"terminationGracePeriodSeconds":99999999999999999999999,"containers":[]}}"#,
+        );
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn group_runtime_skips_hostile_uids() {
+        let sb = |id: &str, uid: &str| RuntimeSandbox {
+            id: id.into(),
+            pod_uid: uid.into(),
+            pod_name: String::new(),
+            pod_namespace: String::new(),
+            ready: true,
+            created_at: 0,
+            labels: HashMap::new(),
+            annotations: HashMap::new(),
+        };
+        let long = "a".repeat(10_240);
+        let sbs = vec![
+            sb("s1", "../../etc"),
+            sb("s2", ""),
+            sb("s3", &long),
+            sb("s4", "good"),
+        ];
+        let g = group_runtime(&sbs, &[]);
+        assert_eq!(g.pods.len(), 1);
+        assert_eq!(g.invalid, vec!["s1", "s2", "s3"]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn uid_parse_never_panics_and_accepted_uids_are_path_safe(s in "\\PC{0,80}") {
+            if let Ok(u) = PodUid::parse(&s) {
+                let p = std::path::Path::new("/root").join(u.as_str());
+                proptest::prop_assert_eq!(p.parent(), Some(std::path::Path::new("/root")));
+                proptest::prop_assert!(p.components().all(|c| !matches!(c, std::path::Component::ParentDir)));
+            }
+        }
+
+        #[test]
+        fn parse_grace_never_panics(s in "\\PC{0,60}") {
+            if let Some(g) = parse_grace(&s) {
+                proptest::prop_assert!(g >= 0);
+            }
+        }
+    }
+
+    #[test]
     fn qos_fallback() {
         let spec = |res: serde_json::Value| -> api::PodSpec {
             serde_json::from_value(

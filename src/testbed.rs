@@ -168,6 +168,8 @@ pub struct PodTemplate {
     /// `spec.terminationGracePeriodSeconds`.
     pub grace: i64,
     pub restart_policy: &'static str,
+    /// Decides the cgroup parent (and the resources in the API object).
+    pub qos: QosClass,
     pub containers: Vec<ContainerTemplate>,
     /// Restartable init containers, in declaration order.
     pub sidecars: Vec<ContainerTemplate>,
@@ -201,6 +203,7 @@ impl PodTemplate {
             uid: new_uid(),
             grace,
             restart_policy: "Always",
+            qos: QosClass::BestEffort,
             containers: Vec::new(),
             sidecars: Vec::new(),
         }
@@ -216,7 +219,7 @@ impl PodTemplate {
         self
     }
 
-    /// The API object this pod would have (host network, BestEffort).
+    /// The API object this pod would have (host network, resources for its QoS class).
     pub fn api_object(&self) -> serde_json::Value {
         let c = |t: &ContainerTemplate, sidecar: bool| {
             let mut v = serde_json::json!({
@@ -229,7 +232,22 @@ impl PodTemplate {
             if sidecar {
                 v["restartPolicy"] = "Always".into();
             }
+            match self.qos {
+                QosClass::Guaranteed => {
+                    v["resources"] =
+                        serde_json::json!({"limits": {"cpu": "100m", "memory": "64Mi"}})
+                }
+                QosClass::Burstable => {
+                    v["resources"] = serde_json::json!({"requests": {"cpu": "10m"}})
+                }
+                QosClass::BestEffort => {}
+            }
             v
+        };
+        let qos = match self.qos {
+            QosClass::Guaranteed => "Guaranteed",
+            QosClass::Burstable => "Burstable",
+            QosClass::BestEffort => "BestEffort",
         };
         serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -242,7 +260,7 @@ impl PodTemplate {
                 "initContainers": self.sidecars.iter().map(|t| c(t, true)).collect::<Vec<_>>(),
                 "containers": self.containers.iter().map(|t| c(t, false)).collect::<Vec<_>>(),
             },
-            "status": {"phase": "Running", "qosClass": "BestEffort"}
+            "status": {"phase": "Running", "qosClass": qos}
         })
     }
 
@@ -308,7 +326,7 @@ pub async fn launch(
     .collect();
     let log_dir = tb.dir.join("logs").join(&t.uid);
     std::fs::create_dir_all(&log_dir)?;
-    let parent = Path::new("/").join(tb.naming().pod_cgroup(&uid, QosClass::BestEffort));
+    let parent = Path::new("/").join(tb.naming().pod_cgroup(&uid, t.qos));
     let sandbox_config = pb::PodSandboxConfig {
         metadata: Some(pb::PodSandboxMetadata {
             name: t.name.clone(),

@@ -79,6 +79,15 @@ pub struct KillRequest {
     pub done: Option<oneshot::Sender<()>>,
 }
 
+/// A failed cleanup stage (retried with backoff by the worker).
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error(transparent)]
+    Volumes(#[from] volumes::VolumeError),
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroups::CgroupError),
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SeamError {
     #[error("pod {0}: unknown to this agent")]
@@ -102,6 +111,8 @@ pub struct PodView {
 struct Pending {
     update: Option<PodInfo>,
     kills: Vec<KillRequest>,
+    /// The worker has finished: kills complete at once, updates are ignored.
+    closed: bool,
 }
 
 /// A coalescing channel to one worker.
@@ -122,8 +133,27 @@ impl Mailbox {
     }
 
     fn send_kill(&self, kill: KillRequest) {
-        self.lock().kills.push(kill);
+        let mut p = self.lock();
+        if p.closed {
+            if let Some(done) = kill.done {
+                let _ = done.send(());
+            }
+            return;
+        }
+        p.kills.push(kill);
+        drop(p);
         self.notify.notify_one();
+    }
+
+    /// Called by a finishing worker: completes every pending kill notice, and all later ones.
+    fn close(&self) {
+        let mut p = self.lock();
+        p.closed = true;
+        for k in p.kills.drain(..) {
+            if let Some(done) = k.done {
+                let _ = done.send(());
+            }
+        }
     }
 }
 
@@ -509,7 +539,7 @@ async fn poll_opt<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
 }
 
 type KillFuture = BoxFuture<'static, (u64, Result<kill::KillReport, kill::KillError>)>;
-type CleanupFuture = BoxFuture<'static, (CleanupStage, Result<(), String>)>;
+type CleanupFuture = BoxFuture<'static, (CleanupStage, Result<(), CleanupError>)>;
 
 fn update_input(pod: &PodInfo) -> Input {
     Input::Update {
@@ -672,7 +702,7 @@ async fn worker_loop<R: Runtime>(
                                     inner.config.volume_wait,
                                 )
                                 .await
-                                .map_err(|e| e.to_string()),
+                                .map_err(CleanupError::from),
                                 CleanupStage::Cgroup => inner
                                     .cgroups
                                     .destroy(&uid)
@@ -684,7 +714,7 @@ async fn worker_loop<R: Runtime>(
                                             "pod cgroup removed"
                                         )
                                     })
-                                    .map_err(|e| e.to_string()),
+                                    .map_err(CleanupError::from),
                             };
                             (stage, r)
                         }));
@@ -727,6 +757,7 @@ async fn worker_loop<R: Runtime>(
             v.key = pod.key();
         }
         if finished {
+            mailbox.close();
             tracing::info!("pod worker finished");
             return;
         }
@@ -776,5 +807,207 @@ mod tests {
         assert!(all_regular_exited(&p, &[&a, &b0]));
         assert!(!all_regular_exited(&p, &[&a, &b0, &b1]), "b restarted");
         assert!(!all_regular_exited(&pod(&[]), &[]));
+    }
+
+    mod with_fake_runtime {
+        use super::*;
+        use crate::cgroups::{CgroupDriver, CgroupNaming, CgroupVersion, Hierarchy};
+        use crate::cri::fake::{Behaviour, FakeRuntime};
+        use crate::events::PodEvent;
+        use tokio::sync::mpsc;
+
+        struct Rig {
+            workers: PodWorkers<FakeRuntime>,
+            rt: Arc<FakeRuntime>,
+            authority: Arc<Authority>,
+            events: mpsc::Receiver<PodEvent>,
+            _dir: tempfile::TempDir,
+        }
+
+        fn rig() -> Rig {
+            let dir = tempfile::tempdir().unwrap();
+            let mountinfo = dir.path().join("mountinfo");
+            std::fs::write(&mountinfo, "").unwrap();
+            let cg = dir.path().join("cgroup");
+            std::fs::create_dir_all(&cg).unwrap();
+            let cgroups = CgroupManager::new(
+                vec![Hierarchy {
+                    mount_point: cg,
+                    version: CgroupVersion::V2,
+                }],
+                CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap(),
+            );
+            let rt = Arc::new(FakeRuntime::default());
+            let (sink, events) = EventSink::channel(64);
+            let authority = Arc::new(Authority::default());
+            let workers = PodWorkers::new(
+                rt.clone(),
+                cgroups,
+                PipelineConfig {
+                    root_dir: dir.path().join("kubelet"),
+                    mountinfo,
+                    ..PipelineConfig::default()
+                },
+                sink,
+                authority.clone(),
+                CancellationToken::new(),
+                TaskTracker::new(),
+            );
+            Rig {
+                workers,
+                rt,
+                authority,
+                events,
+                _dir: dir,
+            }
+        }
+
+        fn api_pod(uid: &str, spec_grace: i64) -> PodInfo {
+            let mut p = pod(&["app"]);
+            p.uid = PodUid::parse(uid).unwrap();
+            p.spec_grace = Some(spec_grace);
+            p
+        }
+
+        fn deleted(p: &PodInfo, grace: i64) -> PodInfo {
+            let mut d = p.clone();
+            d.deletion_requested = true;
+            d.deletion_grace = Some(grace);
+            d
+        }
+
+        async fn until(w: &PodWorkers<FakeRuntime>, uid: &str, state: &str) -> Instant {
+            let uid = PodUid::parse(uid).unwrap();
+            loop {
+                if w.view(&uid).is_some_and(|v| v.state == state) {
+                    return Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn shorter_grace_cuts_the_running_kill_short() {
+            let r = rig();
+            r.rt.add_pod("p1", &[("app", Behaviour::IgnoreTerm)]);
+            let p = api_pod("p1", 30);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            let t0 = Instant::now();
+            r.workers.upsert(deleted(&p, 30));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            r.workers.upsert(deleted(&p, 3));
+            let done = until(&r.workers, "p1", "finished").await;
+            let stops = r.rt.stops_of("p1-app");
+            assert_eq!(stops.len(), 2);
+            assert_eq!(stops[0], (30, t0));
+            assert_eq!(stops[1], (3, t0 + Duration::from_secs(5)));
+            assert!(done - t0 < Duration::from_millis(8100), "{:?}", done - t0);
+            assert_eq!(r.rt.exit_code("p1-app"), Some(137));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn updates_coalesce_and_kill_notices_are_never_lost() {
+            let r = rig();
+            r.rt.add_pod(
+                "p2",
+                &[("app", Behaviour::ExitOnTerm(Duration::from_secs(1)))],
+            );
+            let p = api_pod("p2", 30);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            let uid = p.uid.clone();
+            let mut notices = Vec::new();
+            for g in [20, 10, 15, 5] {
+                r.workers.upsert(deleted(&p, g));
+                let (tx, rx) = oneshot::channel();
+                r.workers
+                    .kill(
+                        &uid,
+                        KillRequest {
+                            grace_override: Some(g + 1),
+                            reason: KillReason::Orphan,
+                            done: Some(tx),
+                        },
+                    )
+                    .unwrap();
+                notices.push(rx);
+            }
+            for n in notices {
+                n.await.expect("every kill notice completes");
+            }
+            until(&r.workers, "p2", "finished").await;
+            // the newest, smallest value won; only one stop call was needed per grace cut
+            assert_eq!(r.workers.view(&uid).unwrap().grace, Some(5));
+            // a kill after the end completes at once
+            let (tx, rx) = oneshot::channel();
+            r.workers
+                .kill(
+                    &uid,
+                    KillRequest {
+                        grace_override: None,
+                        reason: KillReason::Orphan,
+                        done: Some(tx),
+                    },
+                )
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(1), rx)
+                .await
+                .expect("a kill after the end completes at once")
+                .expect("and is not dropped");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn hung_stop_raises_exceeded_grace_period() {
+            let mut r = rig();
+            r.rt.add_pod("p3", &[("app", Behaviour::Hang)]);
+            let p = api_pod("p3", 3);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            let t0 = Instant::now();
+            r.workers.upsert(deleted(&p, 3));
+            let ev = loop {
+                match r.events.recv().await {
+                    Some(e) if e.reason == EventReason::ExceededGracePeriod => break e,
+                    Some(_) => continue,
+                    None => panic!("event channel closed"),
+                }
+            };
+            assert_eq!(ev.uid.as_str(), "p3");
+            // grace 3 + slack 10
+            assert_eq!(Instant::now() - t0, Duration::from_secs(13));
+            assert_eq!(r.workers.view(&p.uid).unwrap().state, "terminating");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn standby_authority_holds_every_kill() {
+            let r = rig();
+            r.authority.set_active(false);
+            r.rt.add_pod("p4", &[("app", Behaviour::ExitOnTerm(Duration::ZERO))]);
+            let p = api_pod("p4", 30);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            r.workers.upsert(deleted(&p, 30));
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            assert!(
+                r.rt.calls().is_empty(),
+                "a kill went through in standby: {:?}",
+                r.rt.calls()
+            );
+            assert_eq!(r.workers.view(&p.uid).unwrap().state, "terminating");
+            r.authority.set_active(true);
+            until(&r.workers, "p4", "finished").await;
+            assert_eq!(r.rt.exit_code("p4-app"), Some(0));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn cancellation_abandons_work_and_never_kills() {
+            let r = rig();
+            r.rt.add_pod("p5", &[("app", Behaviour::IgnoreTerm)]);
+            let p = api_pod("p5", 30);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            r.workers.inner.cancel.cancel();
+            r.workers.upsert(deleted(&p, 30));
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            assert!(r.rt.calls().is_empty());
+            r.workers.inner.tracker.close();
+            r.workers.inner.tracker.wait().await;
+        }
     }
 }

@@ -34,6 +34,44 @@ async fn term_trapping_container_stops_at_once_with_exit_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_cgroups_of_every_qos_class_are_removed_in_every_hierarchy() {
+    use reaplet::pod::QosClass;
+    let h = Harness::new("qos").await;
+    let mut launched = Vec::new();
+    let mut infos = Vec::new();
+    for (name, qos) in [
+        ("guaranteed", QosClass::Guaranteed),
+        ("burstable", QosClass::Burstable),
+        ("besteffort", QosClass::BestEffort),
+    ] {
+        let mut t = PodTemplate::new(name, 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+        t.qos = qos;
+        let p = launch(&h.tb, &t).await.unwrap();
+        let dirs = h.pod_cgroups(&p.uid);
+        // runc creates the pod cgroup in every hierarchy (ten on this machine kind)
+        assert!(
+            dirs.len() >= 2,
+            "{name}: pod cgroups not found where expected: {dirs:?}"
+        );
+        assert!(
+            dirs.iter()
+                .all(|d| d.to_string_lossy().contains(&format!("pod{}", p.uid)))
+        );
+        infos.push(t.pod_info());
+        launched.push((t, p));
+    }
+    h.workers.set_desired(infos, Some(1));
+    for (t, _) in &launched {
+        h.workers.upsert(t.deleted(30));
+    }
+    for (_, p) in &launched {
+        h.wait_state(&p.uid, "finished", LIMIT).await;
+        h.assert_gone(&p.uid).await;
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn term_ignoring_container_is_killed_at_its_grace_never_before() {
     let h = Harness::new("ignore").await;
     let t = PodTemplate::new("ignore", 30).container(ContainerTemplate::new("app", IGNORES_TERM));

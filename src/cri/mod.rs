@@ -16,6 +16,8 @@ pub mod pb {
 }
 
 mod client;
+#[cfg(test)]
+pub mod fake;
 
 pub use client::CriClient;
 

@@ -1,0 +1,284 @@
+//! An in-memory [`Runtime`] for unit tests under tokio's paused clock: containers that exit on
+//! SIGTERM after a delay, ignore it (SIGKILL at the timeout), or hang the stop call forever.
+//! Every call is recorded with the (virtual) time it was made.
+
+use super::*;
+use std::sync::Mutex;
+use tokio::time::Instant;
+
+/// How a fake container reacts to `StopContainer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Exits with 0 this long after SIGTERM (capped by the timeout, then 137).
+    ExitOnTerm(Duration),
+    /// Ignores SIGTERM: exits 137 at the timeout.
+    IgnoreTerm,
+    /// The stop call never returns.
+    Hang,
+    /// The stop call "succeeds" but the container keeps running (a CRI violation).
+    Liar,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    StopContainer {
+        id: String,
+        timeout: i64,
+        at: Instant,
+    },
+    StopPodSandbox {
+        id: String,
+        at: Instant,
+    },
+    ExecSync {
+        id: String,
+        at: Instant,
+    },
+}
+
+#[derive(Default)]
+struct State {
+    sandboxes: Vec<RuntimeSandbox>,
+    containers: Vec<(RuntimeContainer, Behaviour, i32)>,
+    calls: Vec<Call>,
+}
+
+#[derive(Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+}
+
+impl FakeRuntime {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a ready sandbox with running containers `(name, behaviour)` for pod `uid`.
+    pub fn add_pod(&self, uid: &str, containers: &[(&str, Behaviour)]) {
+        let mut s = self.lock();
+        let sid = format!("sb-{uid}");
+        s.sandboxes.push(RuntimeSandbox {
+            id: sid.clone(),
+            pod_uid: uid.into(),
+            pod_name: format!("name-{uid}"),
+            pod_namespace: "ns".into(),
+            ready: true,
+            created_at: 1,
+            labels: HashMap::new(),
+            annotations: HashMap::new(),
+        });
+        for (name, b) in containers {
+            s.containers.push((
+                RuntimeContainer {
+                    id: format!("{uid}-{name}"),
+                    sandbox_id: sid.clone(),
+                    name: (*name).into(),
+                    attempt: 0,
+                    pod_uid: uid.into(),
+                    state: ContainerRunState::Running,
+                    created_at: 1,
+                    labels: HashMap::new(),
+                    annotations: HashMap::new(),
+                },
+                *b,
+                0,
+            ));
+        }
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// The stop calls of one container, in order: (timeout, virtual time).
+    pub fn stops_of(&self, id: &str) -> Vec<(i64, Instant)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::StopContainer { id: i, timeout, at } if i == id => Some((timeout, at)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn exit_code(&self, id: &str) -> Option<i32> {
+        self.lock()
+            .containers
+            .iter()
+            .find(|(c, _, _)| c.id == id && c.state == ContainerRunState::Exited)
+            .map(|(_, _, code)| *code)
+    }
+
+    fn exit(&self, id: &str, code: i32) {
+        if let Some(e) = self
+            .lock()
+            .containers
+            .iter_mut()
+            .find(|(c, _, _)| c.id == id)
+            && e.0.state != ContainerRunState::Exited
+        {
+            e.0.state = ContainerRunState::Exited;
+            e.2 = code;
+        }
+    }
+}
+
+impl Runtime for FakeRuntime {
+    async fn version(&self) -> Result<RuntimeVersion, CriError> {
+        Ok(RuntimeVersion {
+            runtime_name: "fake".into(),
+            runtime_version: "0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<RuntimeSandbox>, CriError> {
+        Ok(self
+            .lock()
+            .sandboxes
+            .iter()
+            .filter(|s| pod_uid.is_none_or(|u| s.pod_uid == u))
+            .cloned()
+            .collect())
+    }
+
+    async fn list_containers(
+        &self,
+        pod_uid: Option<&str>,
+    ) -> Result<Vec<RuntimeContainer>, CriError> {
+        Ok(self
+            .lock()
+            .containers
+            .iter()
+            .filter(|(c, _, _)| pod_uid.is_none_or(|u| c.pod_uid == u))
+            .map(|(c, _, _)| c.clone())
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerDetail, CriError> {
+        let s = self.lock();
+        let (c, _, code) =
+            s.containers
+                .iter()
+                .find(|(c, _, _)| c.id == id)
+                .ok_or(CriError::NotFound {
+                    op: "ContainerStatus",
+                    id: id.into(),
+                })?;
+        Ok(ContainerDetail {
+            id: c.id.clone(),
+            state: c.state,
+            exit_code: *code,
+            started_at: 1,
+            finished_at: 2,
+            reason: String::new(),
+        })
+    }
+
+    async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
+        let behaviour = {
+            let mut s = self.lock();
+            s.calls.push(Call::StopContainer {
+                id: id.into(),
+                timeout: timeout_secs,
+                at: Instant::now(),
+            });
+            let (c, b, _) =
+                s.containers
+                    .iter()
+                    .find(|(c, _, _)| c.id == id)
+                    .ok_or(CriError::NotFound {
+                        op: "StopContainer",
+                        id: id.into(),
+                    })?;
+            if c.state == ContainerRunState::Exited {
+                return Ok(());
+            }
+            *b
+        };
+        let timeout = Duration::from_secs(timeout_secs.max(0) as u64);
+        match behaviour {
+            Behaviour::ExitOnTerm(d) if d <= timeout => {
+                tokio::time::sleep(d).await;
+                self.exit(id, 0);
+            }
+            Behaviour::ExitOnTerm(_) | Behaviour::IgnoreTerm => {
+                tokio::time::sleep(timeout).await;
+                self.exit(id, 137);
+            }
+            Behaviour::Hang => std::future::pending::<()>().await,
+            Behaviour::Liar => {}
+        }
+        Ok(())
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let ids: Vec<String> = {
+            let mut s = self.lock();
+            s.calls.push(Call::StopPodSandbox {
+                id: id.into(),
+                at: Instant::now(),
+            });
+            let sb = s
+                .sandboxes
+                .iter_mut()
+                .find(|sb| sb.id == id)
+                .ok_or(CriError::NotFound {
+                    op: "StopPodSandbox",
+                    id: id.into(),
+                })?;
+            sb.ready = false;
+            s.containers
+                .iter()
+                .filter(|(c, b, _)| c.sandbox_id == id && *b != Behaviour::Liar)
+                .map(|(c, _, _)| c.id.clone())
+                .collect()
+        };
+        for id in ids {
+            self.exit(&id, 137);
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut s = self.lock();
+        s.sandboxes.retain(|sb| sb.id != id);
+        s.containers.retain(|(c, _, _)| c.sandbox_id != id);
+        Ok(())
+    }
+
+    /// Understands `["sleep", "<secs>"]`; anything else succeeds at once.
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<ExecResult, CriError> {
+        self.lock().calls.push(Call::ExecSync {
+            id: id.into(),
+            at: Instant::now(),
+        });
+        if cmd.first().map(String::as_str) == Some("sleep") {
+            let secs: u64 = cmd.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+            let d = Duration::from_secs(secs);
+            if d > timeout {
+                tokio::time::sleep(timeout).await;
+                return Err(CriError::DeadlineExceeded {
+                    op: "ExecSync",
+                    id: id.into(),
+                    timeout,
+                });
+            }
+            tokio::time::sleep(d).await;
+        }
+        Ok(ExecResult { exit_code: 0 })
+    }
+
+    async fn container_events(
+        &self,
+    ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
+        Err(CriError::Unimplemented {
+            op: "GetContainerEvents",
+        })
+    }
+}
