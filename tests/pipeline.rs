@@ -465,3 +465,38 @@ async fn hostile_runtime_labels_are_skipped_never_touched() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_left_in_the_pod_cgroup_are_killed_and_the_cgroup_removed() {
+    use std::os::unix::process::ExitStatusExt;
+    let h = Harness::new("leftover").await;
+    let t = PodTemplate::new("leftover", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    // a process the runtime does not know about, left in the pod cgroup (as a reparented
+    // child of a container would be)
+    let mut child = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    for dir in h.pod_cgroups(&p.uid) {
+        let d = dir.join("leftover");
+        std::fs::create_dir(&d).unwrap();
+        // cpuset needs cpus/mems configured first; the other hierarchies take the pid as is
+        let _ = std::fs::write(d.join("cgroup.procs"), pid.to_string());
+    }
+    let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(membership.contains("leftover"), "{membership}");
+    let reaper = std::thread::spawn(move || child.wait().unwrap());
+    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, "finished", LIMIT).await;
+    let status = reaper.join().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the leftover process was not SIGKILLed: {status:?}"
+    );
+    h.assert_gone(&p.uid).await;
+    h.shutdown().await;
+}
