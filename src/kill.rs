@@ -20,6 +20,7 @@ use crate::events::{EventReason, EventSink, PodEvent};
 use crate::grace;
 use crate::hooks;
 use crate::pod::{ContainerSpec, PodInfo};
+use crate::status::ContainerFinal;
 use futures_util::future::join_all;
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -68,10 +69,13 @@ impl KillMemory {
 }
 
 /// Summary of a finished kill.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct KillReport {
     pub containers_stopped: usize,
     pub sandboxes_stopped: usize,
+    /// Every container of the pod as the runtime reports it after the stop (all attempts),
+    /// for the terminal status.
+    pub finals: Vec<ContainerFinal>,
 }
 
 /// Stops every container of `pod` with `pod_grace`, then its sandboxes, then checks.
@@ -172,9 +176,28 @@ pub async fn kill_pod<R: Runtime>(
             ids: still,
         });
     }
+    let mut finals = Vec::with_capacity(after.len());
+    for c in &after {
+        match runtime.container_status(&c.id).await {
+            Ok(d) => finals.push(ContainerFinal {
+                name: c.name.clone(),
+                id: c.id.clone(),
+                state: d.state,
+                exit_code: d.exit_code,
+                reason: d.reason,
+                started_at: d.started_at,
+                finished_at: d.finished_at,
+                attempt: c.attempt,
+            }),
+            // removed meanwhile: it has no status left (ContainerStatusUnknown)
+            Err(e) if e.is_not_found() => {}
+            Err(source) => return Err(KillError::List { uid: uid.to_owned(), source }),
+        }
+    }
     Ok(KillReport {
         containers_stopped: stopped,
         sandboxes_stopped: sandboxes.len(),
+        finals,
     })
 }
 

@@ -10,20 +10,25 @@
 //!   [`killPodWithSyncResult`, `lifecycle/handlers.go`];
 //! * [`volumes`]: waiting for unmounts [`podVolumesExist`];
 //! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
+//! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
 //! * [`testbed`]: helpers that launch pods through CRI exactly as the kubelet does (tests,
 //!   benchmarks and the demo).
 
+pub mod agent;
+pub mod api;
 pub mod authority;
 pub mod cgroups;
 pub mod cri;
 pub mod events;
+pub mod file_source;
 pub mod grace;
 pub mod hooks;
 pub mod kill;
 pub mod lifecycle;
 pub mod pod;
+pub mod status;
 pub mod testbed;
 pub mod volumes;
 pub mod workers;

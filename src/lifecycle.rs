@@ -31,6 +31,7 @@ pub enum KillReason {
     /// `DisruptionTarget` reason and a message for the status.
     Requested {
         disruption: Option<String>,
+        reason: Option<String>,
         message: String,
     },
 }

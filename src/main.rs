@@ -30,9 +30,69 @@ struct Cli {
 enum Command {
     /// Print the version.
     Version,
+    /// Run the agent: watch this node's pods and end those that must stop.
+    Run(RunArgs),
     /// Demonstrate the termination pipeline on a private containerd (see scripts/demo.sh):
     /// launches pods through CRI as the kubelet does, deletes them, and prints what happened.
     Demo(DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// kubeconfig for the API server; without it, the in-cluster service account is tried, and
+    /// without either reaplet runs from --pod-manifest-path alone.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The node name (default: the host name).
+    #[arg(long)]
+    hostname_override: Option<String>,
+    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
+    container_runtime_endpoint: String,
+    /// Deadline of every CRI call (StopContainer: this plus the grace).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    runtime_request_timeout: Duration,
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    root_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "cgroupfs")]
+    cgroup_driver: Driver,
+    #[arg(long, default_value = "/")]
+    cgroup_root: String,
+    /// Directory of static pod manifests (YAML or JSON).
+    #[arg(long)]
+    pod_manifest_path: Option<PathBuf>,
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    file_check_frequency: Duration,
+    /// API write requests per second (status, delete).
+    #[arg(long, default_value_t = 100.0)]
+    kube_api_qps: f64,
+    #[arg(long, default_value_t = 200)]
+    kube_api_burst: u32,
+    #[arg(long, default_value_t = 10.0)]
+    event_qps: f64,
+    #[arg(long, default_value_t = 50)]
+    event_burst: u32,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Driver {
+    Cgroupfs,
+    Systemd,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.trim().len()));
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s, 2m"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "" | "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 #[derive(clap::Args)]
@@ -53,6 +113,10 @@ async fn main() -> Result<()> {
             println!("reaplet {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
+        Command::Run(args) => {
+            init_logs();
+            run(args).await
+        }
         Command::Demo(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -64,6 +128,79 @@ async fn main() -> Result<()> {
             demo(args).await
         }
     }
+}
+
+fn init_logs() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn host_name() -> Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the host name")?;
+    Ok(h.trim().to_lowercase())
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    if !(args.kube_api_qps > 0.0) || !(args.event_qps > 0.0) {
+        bail!("--kube-api-qps and --event-qps must be positive");
+    }
+    let node_name = match args.hostname_override {
+        Some(n) if !n.trim().is_empty() => n.trim().to_lowercase(),
+        Some(_) => bail!("--hostname-override must not be empty"),
+        None => host_name()?,
+    };
+    let kube = match reaplet::api::client_config(args.kubeconfig.as_deref()).await {
+        Ok(c) => Some(c),
+        Err(reaplet::api::ApiError::NoCredentials(e)) if args.pod_manifest_path.is_some() => {
+            tracing::info!(reason = %e, "no API credentials: running from the manifest directory alone");
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cfg = reaplet::agent::AgentConfig {
+        node_name,
+        runtime: CriConfig {
+            endpoint: args.container_runtime_endpoint,
+            request_timeout: args.runtime_request_timeout,
+        },
+        cgroup_driver: match args.cgroup_driver {
+            Driver::Cgroupfs => CgroupDriver::Cgroupfs,
+            Driver::Systemd => CgroupDriver::Systemd,
+        },
+        cgroup_root: args.cgroup_root,
+        pod_manifest_path: args.pod_manifest_path,
+        file_check_frequency: args.file_check_frequency,
+        kube,
+        api_qps: args.kube_api_qps,
+        api_burst: args.kube_api_burst,
+        event_qps: args.event_qps,
+        event_burst: args.event_burst,
+        status_resync: Duration::from_secs(10),
+        pipeline: PipelineConfig { root_dir: args.root_dir, ..PipelineConfig::default() },
+        shutdown_timeout: Duration::from_secs(5),
+    };
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(err = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
+            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "stop requested"),
+        }
+        stopper.cancel();
+    });
+    reaplet::agent::run(cfg, cancel).await?;
+    Ok(())
 }
 
 async fn demo(args: DemoArgs) -> Result<()> {

@@ -23,7 +23,10 @@ use crate::grace;
 use crate::kill::{self, KillMemory};
 use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine};
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
+use crate::status::ContainerFinal;
 use crate::volumes;
+use std::collections::HashSet;
+use std::sync::OnceLock;
 use futures_util::future::BoxFuture;
 use rand::Rng;
 use std::collections::HashMap;
@@ -77,6 +80,15 @@ pub struct KillRequest {
     pub reason: KillReason,
     /// Completed once the pod's containers and sandboxes are stopped.
     pub done: Option<oneshot::Sender<()>>,
+}
+
+/// Where the workers report how a pod ended (the status manager).
+pub trait StatusSink: Send + Sync + 'static {
+    /// Every container and sandbox of the pod is stopped; `finals` is what the runtime says of
+    /// its containers. Called once per pod, before cleanup.
+    fn pod_terminated(&self, pod: &PodInfo, reason: Option<&KillReason>, finals: &[ContainerFinal]);
+    /// Cleanup (volumes, cgroup) finished: nothing of the pod is left on the node.
+    fn pod_finished(&self, pod: &PodInfo);
 }
 
 /// A failed cleanup stage (retried with backoff by the worker).
@@ -173,6 +185,8 @@ struct Registry {
     desired: HashMap<PodUid, PodInfo>,
     /// The desired set has been delivered at least once: orphans can be judged.
     synced: bool,
+    /// Sources whose first complete list has not arrived yet.
+    pending_sources: HashSet<&'static str>,
     workers: HashMap<PodUid, Worker>,
 }
 
@@ -186,6 +200,7 @@ struct Inner<R> {
     tracker: TaskTracker,
     registry: Mutex<Registry>,
     relist_now: Notify,
+    status: OnceLock<Arc<dyn StatusSink>>,
 }
 
 /// The pipeline: pod workers plus housekeeping. Cheap to clone.
@@ -224,7 +239,31 @@ impl<R: Runtime> PodWorkers<R> {
                 tracker,
                 registry: Mutex::default(),
                 relist_now: Notify::new(),
+                status: OnceLock::new(),
             }),
+        }
+    }
+
+    /// Connects the status manager. Call before feeding pods; a second call is ignored.
+    pub fn set_status_sink(&self, sink: Arc<dyn StatusSink>) {
+        let _ = self.inner.status.set(sink);
+    }
+
+    /// With several pod sources, orphans are judged only once each of `names` has delivered
+    /// its first complete list ([`PodWorkers::mark_source_synced`]).
+    pub fn expect_sources(&self, names: &[&'static str]) {
+        self.registry().pending_sources.extend(names.iter().copied());
+    }
+
+    /// Source `name` has delivered its first complete list.
+    pub fn mark_source_synced(&self, name: &'static str) {
+        let mut reg = self.registry();
+        reg.pending_sources.remove(name);
+        if reg.pending_sources.is_empty() && !reg.synced {
+            reg.synced = true;
+            drop(reg);
+            tracing::info!("all pod sources synced; orphans are judged from now on");
+            self.inner.relist_now.notify_one();
         }
     }
 
@@ -565,6 +604,7 @@ async fn worker_loop<R: Runtime>(
     let mut overdue: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut notices: Vec<oneshot::Sender<()>> = Vec::new();
     let mut step_name: &'static str = "waiting";
+    let mut finals: Vec<ContainerFinal> = Vec::new();
     loop {
         let mut inputs: Vec<Input> = Vec::new();
         tokio::select! {
@@ -590,11 +630,14 @@ async fn worker_loop<R: Runtime>(
                 kill_fut = None;
                 overdue = None;
                 match &r {
-                    Ok(rep) => tracing::info!(
-                        containers = rep.containers_stopped,
-                        sandboxes = rep.sandboxes_stopped,
-                        "pod containers and sandboxes stopped"
-                    ),
+                    Ok(rep) => {
+                        tracing::info!(
+                            containers = rep.containers_stopped,
+                            sandboxes = rep.sandboxes_stopped,
+                            "pod containers and sandboxes stopped"
+                        );
+                        finals = rep.finals.clone();
+                    }
                     Err(e) => {
                         tracing::warn!(err = %e, "killing pod failed; will retry");
                         inner.events.record(PodEvent {
@@ -727,11 +770,17 @@ async fn worker_loop<R: Runtime>(
                         step_name = "backing off";
                     }
                     Effect::KillComplete => {
+                        if let Some(sink) = inner.status.get() {
+                            sink.pod_terminated(&pod, m.reason.as_ref(), &finals);
+                        }
                         for n in notices.drain(..) {
                             let _ = n.send(());
                         }
                     }
                     Effect::Finished => {
+                        if let Some(sink) = inner.status.get() {
+                            sink.pod_finished(&pod);
+                        }
                         step_name = "done";
                         finished = true;
                     }

@@ -1,0 +1,67 @@
+//! Posting pod events to the API: kubelet's `EventBroadcaster` / `record` sink, with its own
+//! rate limit (kubelet: `--event-qps`, `--event-burst`).
+//!
+//! Invariants: events are best-effort: a failure is logged, never retried into a flood; the
+//! pipeline never waits for them (the [`crate::events::EventSink`] channel drops when full).
+
+use super::RateLimiter;
+use crate::events::PodEvent;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::PostParams;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The `source.component` and `reportingComponent` of reaplet's events.
+pub const COMPONENT: &str = "reaplet";
+
+fn to_api(ev: &PodEvent, node: &str) -> Event {
+    let now = jiff::Timestamp::now();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{:x}", ev.name, now.as_nanosecond())),
+            namespace: Some(ev.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(ev.name.clone()),
+            namespace: Some(ev.namespace.clone()),
+            uid: Some(ev.uid.to_string()),
+            ..ObjectReference::default()
+        },
+        reason: Some(ev.reason.as_str().into()),
+        message: Some(ev.message.clone()),
+        type_: Some(if ev.reason.is_warning() { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource { component: Some(COMPONENT.into()), host: Some(node.into()) }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        reporting_component: Some(COMPONENT.into()),
+        reporting_instance: Some(node.into()),
+        ..Event::default()
+    }
+}
+
+/// Posts events from `rx` until cancelled.
+pub async fn run(
+    client: kube::Client,
+    node: String,
+    mut rx: mpsc::Receiver<PodEvent>,
+    limiter: RateLimiter,
+    cancel: CancellationToken,
+) {
+    loop {
+        let ev = tokio::select! {
+            _ = cancel.cancelled() => return,
+            ev = rx.recv() => ev,
+        };
+        let Some(ev) = ev else { return };
+        limiter.acquire().await;
+        let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &ev.namespace);
+        if let Err(e) = api.create(&PostParams::default(), &to_api(&ev, &node)).await {
+            tracing::debug!(err = %e, reason = ev.reason.as_str(), "posting an event failed");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The API pod source: kubelet's `NewSourceApiserver` (`pkg/kubelet/config/apiserver.go`), a
+//! reflector on pods with `spec.nodeName=<node>`, turned into the pipeline's seam calls.
+//!
+//! Invariants:
+//! * a complete list (the initial one, or a re-list after 410 Gone) replaces the known set:
+//!   pods missing from it are gone (force-deleted, or deleted while reaplet was down) and are
+//!   stopped as orphans, with grace 1;
+//! * orphans are judged only after the first complete list ([`PodWorkers::mark_source_synced`]);
+//! * a pod of another node, or one that does not convert, is logged and skipped.
+
+use super::status_manager::StatusManager;
+use crate::cri::Runtime;
+use crate::grace;
+use crate::pod::{PodInfo, PodUid};
+use crate::workers::PodWorkers;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use std::collections::HashSet;
+use tokio_util::sync::CancellationToken;
+
+/// The source name for [`PodWorkers::expect_sources`].
+pub const SOURCE: &str = "api";
+
+fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    if bound != Some(node) {
+        tracing::warn!(
+            pod = %format_args!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+            node = bound.unwrap_or(""),
+            "ignoring a pod bound to another node"
+        );
+        return None;
+    }
+    match PodInfo::from_api(pod) {
+        Ok(info) => {
+            let terminal = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Failed" | "Succeeded")
+            );
+            Some((info, terminal))
+        }
+        Err(e) => {
+            tracing::warn!(err = %e, "skipping a malformed pod object");
+            None
+        }
+    }
+}
+
+/// Watches this node's pods until cancelled, feeding `workers` and `status`.
+pub async fn run<R: Runtime>(
+    client: kube::Client,
+    node: String,
+    workers: PodWorkers<R>,
+    status: Option<StatusManager>,
+    cancel: CancellationToken,
+) {
+    let api: kube::Api<Pod> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let (_reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(api, config).default_backoff().modify(|p| {
+            p.managed_fields_mut().clear();
+        }),
+    );
+    let mut stream = std::pin::pin!(stream);
+    let mut known: HashSet<PodUid> = HashSet::new();
+    let mut batch: Vec<(PodInfo, bool)> = Vec::new();
+    loop {
+        let ev = tokio::select! {
+            _ = cancel.cancelled() => return,
+            ev = stream.next() => ev,
+        };
+        let Some(ev) = ev else { return };
+        match ev {
+            Ok(watcher::Event::Init) => batch.clear(),
+            Ok(watcher::Event::InitApply(p)) => batch.extend(accept(&p, &node)),
+            Ok(watcher::Event::InitDone) => {
+                let now: HashSet<PodUid> = batch.iter().map(|(p, _)| p.uid.clone()).collect();
+                for uid in known.difference(&now) {
+                    tracing::info!(podUID = %uid, "pod object gone while not watching");
+                    workers.remove(uid, Some(grace::ORPHAN_GRACE));
+                    if let Some(s) = &status {
+                        s.forget(uid);
+                    }
+                }
+                for (info, terminal) in batch.drain(..) {
+                    if let Some(s) = &status {
+                        s.observe(&info, terminal);
+                    }
+                    workers.upsert(info);
+                }
+                known = now;
+                workers.mark_source_synced(SOURCE);
+                tracing::info!(pods = known.len(), "pod list from the API server");
+            }
+            Ok(watcher::Event::Apply(p)) => {
+                if let Some((info, terminal)) = accept(&p, &node) {
+                    known.insert(info.uid.clone());
+                    if let Some(s) = &status {
+                        s.observe(&info, terminal);
+                    }
+                    workers.upsert(info);
+                }
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                let Some(uid) = p.metadata.uid.as_deref().and_then(|u| PodUid::parse(u).ok()) else {
+                    continue;
+                };
+                known.remove(&uid);
+                if let Some(s) = &status {
+                    s.forget(&uid);
+                }
+                // a pod reaplet deleted itself is finished already; otherwise this was a force
+                // delete: stop it as an orphan would be
+                workers.remove(&uid, Some(grace::ORPHAN_GRACE));
+            }
+            Err(e) => tracing::warn!(err = %e, "pod watch error; retrying with backoff"),
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The status manager: kubelet's `status_manager.go` (`syncPod`, `canBeDeleted`,
+//! `PodResourcesAreReclaimed` gate) for terminating pods.
+//!
+//! Invariants (reference §5):
+//! * the terminal status is sent at once when a pod's containers have stopped, as a
+//!   strategic-merge patch on `pods/<name>/status` carrying `metadata.uid`; failures are retried
+//!   by a periodic resync with backoff; 404 and 409 (gone, or recreated under the same name)
+//!   drop the pod: a recreated pod is never patched or deleted;
+//! * a phase already terminal in the API is never changed;
+//! * DELETE (`gracePeriodSeconds: 0`, `preconditions.uid`) only when the object has a
+//!   deletionTimestamp, is not a static/mirror pod, its stored phase is terminal and the
+//!   node-side cleanup (volumes, cgroup) finished; 404 and 409 mean someone else did it;
+//! * no lock is held across an API call.
+
+use super::{RateLimiter, status_code};
+use crate::lifecycle::{KillReason, backoff};
+use crate::pod::{PodInfo, PodUid};
+use crate::status::{self, ContainerFinal, TerminalStatus};
+use crate::workers::StatusSink;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    namespace: String,
+    name: String,
+    static_pod: bool,
+    deletion_requested: bool,
+    /// The phase stored in the API is terminal (only ever goes from false to true).
+    api_terminal: bool,
+    /// The terminal status still to send.
+    pending: Option<TerminalStatus>,
+    /// Node-side cleanup finished.
+    finished: bool,
+    /// Delete sent and accepted (or found done).
+    deleted: bool,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Entry {
+    fn from_pod(pod: &PodInfo) -> Self {
+        Entry {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            static_pod: pod.static_pod,
+            deletion_requested: pod.deletion_requested,
+            api_terminal: pod.terminal_phase,
+            pending: None,
+            finished: false,
+            deleted: false,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    fn wants_delete(&self) -> bool {
+        self.finished
+            && self.pending.is_none()
+            && self.api_terminal
+            && self.deletion_requested
+            && !self.static_pod
+            && !self.deleted
+    }
+}
+
+struct Inner {
+    client: kube::Client,
+    limiter: Arc<RateLimiter>,
+    resync: Duration,
+    entries: Mutex<HashMap<PodUid, Entry>>,
+    notify: Notify,
+}
+
+/// Sends terminal statuses and final deletes. Cheap to clone.
+#[derive(Clone)]
+pub struct StatusManager {
+    inner: Arc<Inner>,
+}
+
+/// What one sync did, for tests and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Nothing,
+    Done,
+    Retry,
+}
+
+impl StatusManager {
+    /// `resync`: the kubelet's 10 s status resync.
+    pub fn new(client: kube::Client, limiter: Arc<RateLimiter>, resync: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                limiter,
+                resync,
+                entries: Mutex::default(),
+                notify: Notify::new(),
+            }),
+        }
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<PodUid, Entry>> {
+        self.inner.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest API object of a pod this manager may be working on.
+    pub fn observe(&self, pod: &PodInfo, api_terminal: bool) {
+        let mut entries = self.entries();
+        if let Some(e) = entries.get_mut(&pod.uid) {
+            e.deletion_requested |= pod.deletion_requested;
+            e.api_terminal |= api_terminal;
+            if e.wants_delete() {
+                self.inner.notify.notify_one();
+            }
+        }
+    }
+
+    /// The pod object is gone: nothing more to send for it.
+    pub fn forget(&self, uid: &PodUid) {
+        self.entries().remove(uid);
+    }
+
+    /// Pods still being worked on.
+    pub fn pending(&self) -> usize {
+        self.entries().values().filter(|e| e.pending.is_some() || e.wants_delete()).count()
+    }
+
+    /// Runs until cancelled: syncs at once on every change, and every `resync`.
+    pub async fn run(self, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = self.inner.notify.notified() => {}
+                _ = tokio::time::sleep(self.inner.resync) => {}
+            }
+            self.sync_all().await;
+        }
+    }
+
+    async fn sync_all(&self) {
+        let now = Instant::now();
+        let due: Vec<PodUid> = self
+            .entries()
+            .iter()
+            .filter(|(_, e)| (e.pending.is_some() || e.wants_delete()) && e.retry_at.is_none_or(|t| t <= now))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in due {
+            let outcome = self.sync_one(&uid).await;
+            let mut entries = self.entries();
+            if let Some(e) = entries.get_mut(&uid) {
+                match outcome {
+                    Outcome::Retry => {
+                        e.failures += 1;
+                        e.retry_at = Some(Instant::now() + backoff(e.failures));
+                    }
+                    Outcome::Done | Outcome::Nothing => {
+                        e.failures = 0;
+                        e.retry_at = None;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn sync_one(&self, uid: &PodUid) -> Outcome {
+        let Some(entry) = self.entries().get(uid).cloned() else { return Outcome::Nothing };
+        let api: kube::Api<Pod> = kube::Api::namespaced(self.inner.client.clone(), &entry.namespace);
+        let span = tracing::info_span!("pod_status", pod = %format_args!("{}/{}", entry.namespace, entry.name), podUID = %uid);
+        let _g = span.enter();
+        if let Some(st) = &entry.pending {
+            if entry.api_terminal {
+                // never change a phase the API already holds as terminal
+                if let Some(e) = self.entries().get_mut(uid) {
+                    e.pending = None;
+                }
+            } else {
+                self.inner.limiter.acquire().await;
+                let body = status::status_patch(uid.as_str(), st, &status::now_rfc3339());
+                match api.patch_status(&entry.name, &PatchParams::default(), &Patch::Strategic(body)).await {
+                    Ok(pod) => {
+                        let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                        tracing::info!(phase = %phase, "terminal pod status sent");
+                        if let Some(e) = self.entries().get_mut(uid) {
+                            e.pending = None;
+                            e.api_terminal |= matches!(phase.as_str(), "Failed" | "Succeeded");
+                        }
+                    }
+                    Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
+                        tracing::info!(err = %err, "pod gone or recreated; dropping its status");
+                        self.forget(uid);
+                        return Outcome::Done;
+                    }
+                    Err(err) => {
+                        tracing::warn!(err = %err, "sending the pod status failed; will retry");
+                        return Outcome::Retry;
+                    }
+                }
+            }
+        }
+        let wants_delete = self.entries().get(uid).is_some_and(Entry::wants_delete);
+        if !wants_delete {
+            return Outcome::Done;
+        }
+        self.inner.limiter.acquire().await;
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&entry.name, &dp).await {
+            Ok(_) => tracing::info!("pod object deleted"),
+            Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
+                tracing::info!(err = %err, "pod object already gone or replaced")
+            }
+            Err(err) => {
+                tracing::warn!(err = %err, "deleting the pod object failed; will retry");
+                return Outcome::Retry;
+            }
+        }
+        if let Some(e) = self.entries().get_mut(uid) {
+            e.deleted = true;
+        }
+        Outcome::Done
+    }
+}
+
+impl StatusSink for StatusManager {
+    fn pod_terminated(&self, pod: &PodInfo, reason: Option<&KillReason>, finals: &[ContainerFinal]) {
+        let st = match status::terminal_status(pod, finals, reason) {
+            Ok(st) => st,
+            Err(e) => {
+                tracing::error!(err = %e, "no terminal status for a pod reported stopped");
+                None
+            }
+        };
+        if st.is_none() && (pod.static_pod || matches!(reason, Some(KillReason::Orphan | KillReason::ObjectGone))) {
+            return; // nothing will ever be sent for it
+        }
+        let mut entries = self.entries();
+        let e = entries.entry(pod.uid.clone()).or_insert_with(|| Entry::from_pod(pod));
+        e.deletion_requested |= pod.deletion_requested;
+        e.api_terminal |= pod.terminal_phase;
+        e.pending = st;
+        drop(entries);
+        self.inner.notify.notify_one();
+    }
+
+    fn pod_finished(&self, pod: &PodInfo) {
+        if let Some(e) = self.entries().get_mut(&pod.uid) {
+            e.finished = true;
+        }
+        self.inner.notify.notify_one();
+    }
+}

@@ -1,0 +1,187 @@
+//! The static manifest source: kubelet's `--pod-manifest-path` (`pkg/kubelet/config/file.go`,
+//! `common.go` `applyDefaults`).
+//!
+//! Invariants:
+//! * each `*.yaml`, `*.yml` or `*.json` file (not hidden, at most 1 MiB) in the directory is
+//!   one pod; its UID is derived from the file's path, content and the node name, so it is
+//!   stable across restarts and changes when the file does; its name gets `-<node>` appended;
+//! * a file that disappears means its pod terminates with its own grace (as upstream);
+//! * a file that exists but does not parse keeps the last good version of its pod (reaplet
+//!   never kills a pod because its manifest is being rewritten); the error is logged once;
+//! * static pods are marked `kubernetes.io/config.source: file`, so they get no terminal
+//!   phase and no API delete.
+
+use crate::cri::Runtime;
+use crate::pod::PodInfo;
+use crate::workers::PodWorkers;
+use k8s_openapi::api::core::v1::Pod;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The source name for [`PodWorkers::expect_sources`].
+pub const SOURCE: &str = "file";
+const MAX_MANIFEST: u64 = 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: larger than 1 MiB")]
+    TooLarge { path: PathBuf },
+    #[error("{path}: not a pod manifest: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("{path}: {source}")]
+    Pod { path: PathBuf, source: crate::pod::PodError },
+}
+
+/// Reads one manifest into the pod the kubelet would make of it.
+pub fn load(path: &Path, node: &str) -> Result<PodInfo, ManifestError> {
+    let meta = std::fs::metadata(path).map_err(|source| ManifestError::Read { path: path.into(), source })?;
+    if meta.len() > MAX_MANIFEST {
+        return Err(ManifestError::TooLarge { path: path.into() });
+    }
+    let bytes = std::fs::read(path).map_err(|source| ManifestError::Read { path: path.into(), source })?;
+    let parse = |reason: String| ManifestError::Parse { path: path.into(), reason };
+    let mut pod: Pod = serde_yaml::from_slice(&bytes).map_err(|e| parse(e.to_string()))?;
+    if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
+        return Err(parse("metadata.name is missing".into()));
+    }
+    let mut h = Sha256::new();
+    h.update(&bytes);
+    h.update(format!("host:{node}").as_bytes());
+    h.update(format!("file:{}", path.display()).as_bytes());
+    let digest = h.finalize();
+    let uid: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("{}-{node}", pod.metadata.name.as_deref().unwrap_or_default());
+    pod.metadata.name = Some(name);
+    pod.metadata.namespace.get_or_insert_with(|| "default".into());
+    pod.metadata.uid = Some(uid.clone());
+    let ann = pod.metadata.annotations.get_or_insert_with(Default::default);
+    ann.insert("kubernetes.io/config.source".into(), "file".into());
+    ann.insert("kubernetes.io/config.hash".into(), uid);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node.into());
+    }
+    PodInfo::from_api(&pod).map_err(|source| ManifestError::Pod { path: path.into(), source })
+}
+
+fn manifests(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_manifest = [".yaml", ".yml", ".json"].iter().any(|x| name.ends_with(x));
+        if name.starts_with('.') || !is_manifest || !e.file_type()?.is_file() {
+            continue;
+        }
+        out.push(e.path());
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Watches `dir` every `period` until cancelled.
+pub async fn run<R: Runtime>(
+    dir: PathBuf,
+    node: String,
+    period: Duration,
+    workers: PodWorkers<R>,
+    cancel: CancellationToken,
+) {
+    let mut known: HashMap<PathBuf, PodInfo> = HashMap::new();
+    let mut reported: HashMap<PathBuf, String> = HashMap::new();
+    let mut first = true;
+    loop {
+        match manifests(&dir) {
+            Ok(files) => {
+                let mut seen: HashMap<PathBuf, PodInfo> = HashMap::new();
+                for path in files {
+                    match load(&path, &node) {
+                        Ok(pod) => {
+                            reported.remove(&path);
+                            seen.insert(path, pod);
+                        }
+                        Err(e) => {
+                            let text = e.to_string();
+                            if reported.get(&path) != Some(&text) {
+                                tracing::warn!(err = %text, "static pod manifest skipped");
+                                reported.insert(path.clone(), text);
+                            }
+                            // keep the last good version of a file that is still there
+                            if let Some(old) = known.get(&path) {
+                                seen.insert(path, old.clone());
+                            }
+                        }
+                    }
+                }
+                for (path, old) in &known {
+                    let replaced = seen.get(path).is_some_and(|p| p.uid != old.uid);
+                    if !seen.contains_key(path) || replaced {
+                        tracing::info!(pod = %old.key(), podUID = %old.uid, file = %path.display(), "static pod removed");
+                        workers.remove(&old.uid, None);
+                    }
+                }
+                for (path, pod) in &seen {
+                    if known.get(path).is_none_or(|old| old.uid != pod.uid) {
+                        tracing::info!(pod = %pod.key(), podUID = %pod.uid, file = %path.display(), "static pod added");
+                        workers.upsert(pod.clone());
+                    }
+                }
+                known = seen;
+                if first {
+                    first = false;
+                    workers.mark_source_synced(SOURCE);
+                }
+            }
+            Err(e) => tracing::warn!(dir = %dir.display(), err = %e, "reading the manifest directory failed"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_to_static_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("web.yaml");
+        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 7\n  containers:\n  - name: app\n    image: busybox\n").unwrap();
+        let p = load(&f, "node1").unwrap();
+        assert_eq!(p.name, "web-node1");
+        assert_eq!(p.namespace, "default");
+        assert!(p.static_pod);
+        assert_eq!(p.spec_grace, Some(7));
+        assert_eq!(p.uid.as_str().len(), 32);
+        // stable for the same file, different for another node or content
+        assert_eq!(load(&f, "node1").unwrap().uid, p.uid);
+        assert_ne!(load(&f, "node2").unwrap().uid, p.uid);
+        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers: []\n").unwrap();
+        assert_ne!(load(&f, "node1").unwrap().uid, p.uid);
+    }
+
+    #[test]
+    fn bad_manifests_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("a.yaml", "::: not yaml"),
+            ("b.yaml", "kind: Pod\nmetadata: {}\nspec: {containers: []}\n"),
+            ("c.json", "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"terminationGracePeriodSeconds\":99999999999999999999999,\"containers\":[]}}"),
+            ("d.yaml", ""),
+        ] {
+            let f = dir.path().join(name);
+            std::fs::write(&f, text).unwrap();
+            assert!(load(&f, "n").is_err(), "{name}");
+        }
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
+        assert!(matches!(load(&big, "n"), Err(ManifestError::TooLarge { .. })));
+    }
+}
