@@ -19,4 +19,4 @@ testbed/testbed.sh images >/dev/null
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 # the integration tests mostly wait on grace periods: run several at once
-RUST_TEST_THREADS=${RUST_TEST_THREADS:-6} cargo test --all-targets --locked
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --all-targets --locked -- --show-output

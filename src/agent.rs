@@ -50,7 +50,10 @@ pub enum AgentError {
     #[error("cgroups: {0}")]
     Cgroups(#[from] CgroupError),
     #[error("reading {path}: {source}")]
-    Mountinfo { path: PathBuf, source: std::io::Error },
+    Mountinfo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("API client: {0}")]
     Api(#[source] kube::Error),
     #[error("no pod source: give a kubeconfig (or run in a cluster) or --pod-manifest-path")]
@@ -74,9 +77,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         Err(e) => tracing::warn!(err = %e, "container runtime not answering yet"),
     }
     let naming = CgroupNaming::new(cfg.cgroup_driver, &cfg.cgroup_root)?;
-    let cgroups = CgroupManager::from_mountinfo(&cfg.pipeline.mountinfo, naming).map_err(|source| {
-        AgentError::Mountinfo { path: cfg.pipeline.mountinfo.clone(), source }
-    })?;
+    let cgroups =
+        CgroupManager::from_mountinfo(&cfg.pipeline.mountinfo, naming).map_err(|source| {
+            AgentError::Mountinfo {
+                path: cfg.pipeline.mountinfo.clone(),
+                source,
+            }
+        })?;
     let (events, events_rx) = EventSink::channel(256);
     let tracker = TaskTracker::new();
     let workers = PodWorkers::new(
@@ -148,7 +155,10 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     cancel.cancelled().await;
     tracing::info!("stopping: pods are left running; the next start resumes");
     tracker.close();
-    if tokio::time::timeout(cfg.shutdown_timeout, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(cfg.shutdown_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(timeout = ?cfg.shutdown_timeout, "tasks did not stop in time; abandoning them");
     }
     Ok(())

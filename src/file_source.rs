@@ -28,23 +28,38 @@ const MAX_MANIFEST: u64 = 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("{path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: larger than 1 MiB")]
     TooLarge { path: PathBuf },
     #[error("{path}: not a pod manifest: {reason}")]
     Parse { path: PathBuf, reason: String },
     #[error("{path}: {source}")]
-    Pod { path: PathBuf, source: crate::pod::PodError },
+    Pod {
+        path: PathBuf,
+        source: crate::pod::PodError,
+    },
 }
 
 /// Reads one manifest into the pod the kubelet would make of it.
 pub fn load(path: &Path, node: &str) -> Result<PodInfo, ManifestError> {
-    let meta = std::fs::metadata(path).map_err(|source| ManifestError::Read { path: path.into(), source })?;
+    let meta = std::fs::metadata(path).map_err(|source| ManifestError::Read {
+        path: path.into(),
+        source,
+    })?;
     if meta.len() > MAX_MANIFEST {
         return Err(ManifestError::TooLarge { path: path.into() });
     }
-    let bytes = std::fs::read(path).map_err(|source| ManifestError::Read { path: path.into(), source })?;
-    let parse = |reason: String| ManifestError::Parse { path: path.into(), reason };
+    let bytes = std::fs::read(path).map_err(|source| ManifestError::Read {
+        path: path.into(),
+        source,
+    })?;
+    let parse = |reason: String| ManifestError::Parse {
+        path: path.into(),
+        reason,
+    };
     let mut pod: Pod = serde_yaml::from_slice(&bytes).map_err(|e| parse(e.to_string()))?;
     if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(parse("metadata.name is missing".into()));
@@ -55,17 +70,28 @@ pub fn load(path: &Path, node: &str) -> Result<PodInfo, ManifestError> {
     h.update(format!("file:{}", path.display()).as_bytes());
     let digest = h.finalize();
     let uid: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!("{}-{node}", pod.metadata.name.as_deref().unwrap_or_default());
+    let name = format!(
+        "{}-{node}",
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
     pod.metadata.name = Some(name);
-    pod.metadata.namespace.get_or_insert_with(|| "default".into());
+    pod.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
     pod.metadata.uid = Some(uid.clone());
-    let ann = pod.metadata.annotations.get_or_insert_with(Default::default);
+    let ann = pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
     ann.insert("kubernetes.io/config.source".into(), "file".into());
     ann.insert("kubernetes.io/config.hash".into(), uid);
     if let Some(spec) = pod.spec.as_mut() {
         spec.node_name = Some(node.into());
     }
-    PodInfo::from_api(&pod).map_err(|source| ManifestError::Pod { path: path.into(), source })
+    PodInfo::from_api(&pod).map_err(|source| ManifestError::Pod {
+        path: path.into(),
+        source,
+    })
 }
 
 fn manifests(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
@@ -93,7 +119,6 @@ pub async fn run<R: Runtime>(
 ) {
     let mut known: HashMap<PathBuf, PodInfo> = HashMap::new();
     let mut reported: HashMap<PathBuf, String> = HashMap::new();
-    let mut first = true;
     loop {
         match manifests(&dir) {
             Ok(files) => {
@@ -131,12 +156,11 @@ pub async fn run<R: Runtime>(
                     }
                 }
                 known = seen;
-                if first {
-                    first = false;
-                    workers.mark_source_synced(SOURCE);
-                }
+                workers.mark_source_synced(SOURCE);
             }
-            Err(e) => tracing::warn!(dir = %dir.display(), err = %e, "reading the manifest directory failed"),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), err = %e, "reading the manifest directory failed")
+            }
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -163,7 +187,11 @@ mod tests {
         // stable for the same file, different for another node or content
         assert_eq!(load(&f, "node1").unwrap().uid, p.uid);
         assert_ne!(load(&f, "node2").unwrap().uid, p.uid);
-        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers: []\n").unwrap();
+        std::fs::write(
+            &f,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers: []\n",
+        )
+        .unwrap();
         assert_ne!(load(&f, "node1").unwrap().uid, p.uid);
     }
 
@@ -172,8 +200,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in [
             ("a.yaml", "::: not yaml"),
-            ("b.yaml", "kind: Pod\nmetadata: {}\nspec: {containers: []}\n"),
-            ("c.json", "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"terminationGracePeriodSeconds\":99999999999999999999999,\"containers\":[]}}"),
+            (
+                "b.yaml",
+                "kind: Pod\nmetadata: {}\nspec: {containers: []}\n",
+            ),
+            (
+                "c.json",
+                "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"terminationGracePeriodSeconds\":99999999999999999999999,\"containers\":[]}}",
+            ),
             ("d.yaml", ""),
         ] {
             let f = dir.path().join(name);
@@ -182,6 +216,9 @@ mod tests {
         }
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
-        assert!(matches!(load(&big, "n"), Err(ManifestError::TooLarge { .. })));
+        assert!(matches!(
+            load(&big, "n"),
+            Err(ManifestError::TooLarge { .. })
+        ));
     }
 }

@@ -191,7 +191,12 @@ pub async fn kill_pod<R: Runtime>(
             }),
             // removed meanwhile: it has no status left (ContainerStatusUnknown)
             Err(e) if e.is_not_found() => {}
-            Err(source) => return Err(KillError::List { uid: uid.to_owned(), source }),
+            Err(source) => {
+                return Err(KillError::List {
+                    uid: uid.to_owned(),
+                    source,
+                });
+            }
         }
     }
     Ok(KillReport {

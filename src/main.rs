@@ -80,8 +80,14 @@ enum Driver {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.trim().len()));
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s, 2m"))?;
+    let (num, unit) = s.trim().split_at(
+        s.trim()
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.trim().len()),
+    );
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s, 2m"))?;
     let secs = match unit {
         "ms" => v / 1000.0,
         "" | "s" => v,
@@ -89,7 +95,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => v * 3600.0,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -140,12 +146,14 @@ fn init_logs() {
 }
 
 fn host_name() -> Result<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the host name")?;
+    let h =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").context("reading the host name")?;
     Ok(h.trim().to_lowercase())
 }
 
 async fn run(args: RunArgs) -> Result<()> {
-    if !(args.kube_api_qps > 0.0) || !(args.event_qps > 0.0) {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(args.kube_api_qps) || !positive(args.event_qps) {
         bail!("--kube-api-qps and --event-qps must be positive");
     }
     let node_name = match args.hostname_override {
@@ -180,19 +188,23 @@ async fn run(args: RunArgs) -> Result<()> {
         event_qps: args.event_qps,
         event_burst: args.event_burst,
         status_resync: Duration::from_secs(10),
-        pipeline: PipelineConfig { root_dir: args.root_dir, ..PipelineConfig::default() },
+        pipeline: PipelineConfig {
+            root_dir: args.root_dir,
+            ..PipelineConfig::default()
+        },
         shutdown_timeout: Duration::from_secs(5),
     };
     let cancel = CancellationToken::new();
     let stopper = cancel.clone();
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(err = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(err = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
         tokio::select! {
             _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
             _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "stop requested"),

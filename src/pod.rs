@@ -129,6 +129,8 @@ pub struct PodInfo {
     pub deletion_requested: bool,
     /// `metadata.deletionGracePeriodSeconds`.
     pub deletion_grace: Option<i64>,
+    /// `metadata.deletionTimestamp` in Unix seconds (the deadline the API server computed).
+    pub deletion_timestamp: Option<i64>,
     /// API phase is `Failed` or `Succeeded`.
     pub terminal_phase: bool,
     pub restart_policy: RestartPolicy,
@@ -234,6 +236,7 @@ impl PodInfo {
             name,
             spec_grace: spec.termination_grace_period_seconds,
             deletion_requested: meta.deletion_timestamp.is_some(),
+            deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
             deletion_grace: meta.deletion_grace_period_seconds,
             terminal_phase: matches!(phase, Some("Failed" | "Succeeded")),
             restart_policy: match spec.restart_policy.as_deref() {
@@ -304,6 +307,7 @@ impl PodInfo {
             spec_grace,
             deletion_requested: false,
             deletion_grace: None,
+            deletion_timestamp: None,
             terminal_phase: false,
             restart_policy: RestartPolicy::Never,
             containers: specs,

@@ -69,12 +69,15 @@ pub const UNKNOWN_MESSAGE: &str = "The container could not be located when the p
 
 /// RFC 3339 at second precision, as the API server stores `metav1.Time`.
 pub fn rfc3339(ns: i64) -> String {
-    let ts = jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let ts =
+        jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn terminated_state(f: Option<&ContainerFinal>) -> (Value, i32) {
@@ -118,12 +121,24 @@ pub fn terminal_status(
         return Ok(None);
     }
     if let Some(f) = finals.iter().find(|f| f.state.may_run()) {
-        return Err(StatusError::StillRunning { uid: pod.uid.to_string(), container: f.name.clone() });
+        return Err(StatusError::StillRunning {
+            uid: pod.uid.to_string(),
+            container: f.name.clone(),
+        });
     }
     let latest = |name: &str| {
-        finals.iter().filter(|f| f.name == name).max_by_key(|f| (f.attempt, f.finished_at))
+        finals
+            .iter()
+            .filter(|f| f.name == name)
+            .max_by_key(|f| (f.attempt, f.finished_at))
     };
-    let restarts = |name: &str| finals.iter().filter(|f| f.name == name).count().saturating_sub(1);
+    let restarts = |name: &str| {
+        finals
+            .iter()
+            .filter(|f| f.name == name)
+            .count()
+            .saturating_sub(1)
+    };
     let status_of = |name: &str| {
         let f = latest(name);
         let (terminated, code) = terminated_state(f);
@@ -145,13 +160,23 @@ pub fn terminal_status(
     }
     let init_container_statuses = pod.sidecars.iter().map(|c| status_of(&c.name).0).collect();
     let (reason, message, disruption) = match reason {
-        Some(KillReason::Requested { disruption, reason, message }) => {
-            (reason.clone(), Some(message.clone()).filter(|m| !m.is_empty()), disruption.clone())
-        }
+        Some(KillReason::Requested {
+            disruption,
+            reason,
+            message,
+        }) => (
+            reason.clone(),
+            Some(message.clone()).filter(|m| !m.is_empty()),
+            disruption.clone(),
+        ),
         _ => (None, None, None),
     };
     Ok(Some(TerminalStatus {
-        phase: if all_zero { Phase::Succeeded } else { Phase::Failed },
+        phase: if all_zero {
+            Phase::Succeeded
+        } else {
+            Phase::Failed
+        },
         reason,
         message,
         disruption,
@@ -198,7 +223,11 @@ mod tests {
 
     fn pod(regular: &[&str], sidecars: &[&str]) -> PodInfo {
         let mut p = PodInfo::from_runtime(&PodUid::parse("u1").unwrap(), &[], &[]);
-        let spec = |n: &&str| ContainerSpec { name: (*n).into(), pre_stop: None, ports: vec![] };
+        let spec = |n: &&str| ContainerSpec {
+            name: (*n).into(),
+            pre_stop: None,
+            ports: vec![],
+        };
         p.containers = regular.iter().map(spec).collect();
         p.sidecars = sidecars.iter().map(spec).collect();
         p
@@ -220,20 +249,36 @@ mod tests {
     #[test]
     fn all_zero_is_succeeded_whatever_the_restart_policy() {
         let p = pod(&["a", "b"], &[]);
-        let s = terminal_status(&p, &[fin("a", 0), fin("b", 0)], Some(&KillReason::Deleted)).unwrap().unwrap();
+        let s = terminal_status(&p, &[fin("a", 0), fin("b", 0)], Some(&KillReason::Deleted))
+            .unwrap()
+            .unwrap();
         assert_eq!(s.phase, Phase::Succeeded);
-        assert_eq!(s.container_statuses[0]["state"]["terminated"]["reason"], "Completed");
-        assert_eq!(s.container_statuses[0]["state"]["terminated"]["startedAt"], "2023-11-14T22:13:20Z");
+        assert_eq!(
+            s.container_statuses[0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        assert_eq!(
+            s.container_statuses[0]["state"]["terminated"]["startedAt"],
+            "2023-11-14T22:13:20Z"
+        );
     }
 
     #[test]
     fn sigterm_or_sigkill_is_failed() {
         let p = pod(&["a"], &[]);
         for code in [143, 137, 1] {
-            let s = terminal_status(&p, &[fin("a", code)], None).unwrap().unwrap();
+            let s = terminal_status(&p, &[fin("a", code)], None)
+                .unwrap()
+                .unwrap();
             assert_eq!(s.phase, Phase::Failed);
-            assert_eq!(s.container_statuses[0]["state"]["terminated"]["exitCode"], code);
-            assert_eq!(s.container_statuses[0]["state"]["terminated"]["reason"], "Error");
+            assert_eq!(
+                s.container_statuses[0]["state"]["terminated"]["exitCode"],
+                code
+            );
+            assert_eq!(
+                s.container_statuses[0]["state"]["terminated"]["reason"],
+                "Error"
+            );
         }
     }
 
@@ -251,9 +296,14 @@ mod tests {
     #[test]
     fn sidecars_do_not_decide_the_phase() {
         let p = pod(&["main"], &["proxy"]);
-        let s = terminal_status(&p, &[fin("main", 0), fin("proxy", 143)], None).unwrap().unwrap();
+        let s = terminal_status(&p, &[fin("main", 0), fin("proxy", 143)], None)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.phase, Phase::Succeeded);
-        assert_eq!(s.init_container_statuses[0]["state"]["terminated"]["exitCode"], 143);
+        assert_eq!(
+            s.init_container_statuses[0]["state"]["terminated"]["exitCode"],
+            143
+        );
     }
 
     #[test]
@@ -281,8 +331,14 @@ mod tests {
     #[test]
     fn static_orphan_and_gone_pods_get_no_status() {
         let mut p = pod(&["a"], &[]);
-        assert_eq!(terminal_status(&p, &[], Some(&KillReason::Orphan)).unwrap(), None);
-        assert_eq!(terminal_status(&p, &[], Some(&KillReason::ObjectGone)).unwrap(), None);
+        assert_eq!(
+            terminal_status(&p, &[], Some(&KillReason::Orphan)).unwrap(),
+            None
+        );
+        assert_eq!(
+            terminal_status(&p, &[], Some(&KillReason::ObjectGone)).unwrap(),
+            None
+        );
         p.static_pod = true;
         assert_eq!(terminal_status(&p, &[fin("a", 0)], None).unwrap(), None);
     }
@@ -295,7 +351,9 @@ mod tests {
             reason: Some("Evicted".into()),
             message: "The node was low on resource: memory.".into(),
         };
-        let s = terminal_status(&p, &[fin("a", 137)], Some(&reason)).unwrap().unwrap();
+        let s = terminal_status(&p, &[fin("a", 137)], Some(&reason))
+            .unwrap()
+            .unwrap();
         let patch = status_patch("u1", &s, "2026-01-01T00:00:00Z");
         assert_eq!(patch["metadata"]["uid"], "u1");
         assert_eq!(patch["status"]["phase"], "Failed");
@@ -306,7 +364,9 @@ mod tests {
         assert!(conds[..2].iter().all(|c| c["status"] == "False"));
         assert_eq!(conds[2]["reason"], "TerminationByKubelet");
         // without a disruption reason there is no DisruptionTarget
-        let s = terminal_status(&p, &[fin("a", 0)], Some(&KillReason::Deleted)).unwrap().unwrap();
+        let s = terminal_status(&p, &[fin("a", 0)], Some(&KillReason::Deleted))
+            .unwrap()
+            .unwrap();
         let patch = status_patch("u1", &s, "t");
         assert_eq!(patch["status"]["conditions"].as_array().unwrap().len(), 2);
     }

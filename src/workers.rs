@@ -25,14 +25,14 @@ use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
 use crate::status::ContainerFinal;
 use crate::volumes;
-use std::collections::HashSet;
-use std::sync::OnceLock;
 use futures_util::future::BoxFuture;
 use rand::Rng;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
@@ -183,10 +183,13 @@ impl Worker {
 #[derive(Default)]
 struct Registry {
     desired: HashMap<PodUid, PodInfo>,
-    /// The desired set has been delivered at least once: orphans can be judged.
-    synced: bool,
-    /// Sources whose first complete list has not arrived yet.
-    pending_sources: HashSet<&'static str>,
+    /// Wall-clock time (ns) as of which every source's view is complete: runtime pods created
+    /// before it and unknown to every source are orphans; newer ones may simply not have
+    /// reached reaplet yet and are left alone. `None` until every source listed once.
+    synced_at: Option<i64>,
+    /// Sources to wait for, and when each last delivered a complete list.
+    sources: HashSet<&'static str>,
+    last_list: HashMap<&'static str, i64>,
     workers: HashMap<PodUid, Worker>,
 }
 
@@ -250,18 +253,31 @@ impl<R: Runtime> PodWorkers<R> {
     }
 
     /// With several pod sources, orphans are judged only once each of `names` has delivered
-    /// its first complete list ([`PodWorkers::mark_source_synced`]).
+    /// a complete list ([`PodWorkers::mark_source_synced`]).
     pub fn expect_sources(&self, names: &[&'static str]) {
-        self.registry().pending_sources.extend(names.iter().copied());
+        self.registry().sources.extend(names.iter().copied());
     }
 
-    /// Source `name` has delivered its first complete list.
+    /// Source `name` has just delivered a complete list (call it for every one: the initial
+    /// list, re-lists, each directory scan).
     pub fn mark_source_synced(&self, name: &'static str) {
         let mut reg = self.registry();
-        reg.pending_sources.remove(name);
-        if reg.pending_sources.is_empty() && !reg.synced {
-            reg.synced = true;
-            drop(reg);
+        reg.last_list.insert(name, wall_ns());
+        let all = reg.sources.iter().all(|s| reg.last_list.contains_key(s));
+        if !all {
+            return;
+        }
+        let at = reg
+            .sources
+            .iter()
+            .filter_map(|s| reg.last_list.get(s))
+            .copied()
+            .min()
+            .unwrap_or_else(wall_ns);
+        let first = reg.synced_at.is_none();
+        reg.synced_at = Some(at);
+        drop(reg);
+        if first {
             tracing::info!("all pod sources synced; orphans are judged from now on");
             self.inner.relist_now.notify_one();
         }
@@ -293,7 +309,7 @@ impl<R: Runtime> PodWorkers<R> {
         for pod in new.into_values() {
             self.upsert(pod);
         }
-        self.registry().synced = true;
+        self.registry().synced_at = Some(wall_ns());
         self.inner.relist_now.notify_one();
     }
 
@@ -462,7 +478,13 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                     continue;
                 }
-                if !reg.synced {
+                // unknown to every source: an orphan only if it predates the sources' view
+                let Some(synced_at) = reg.synced_at else {
+                    continue;
+                };
+                let predates = sbs.iter().all(|s| s.created_at < synced_at)
+                    && cs.iter().all(|c| c.created_at < synced_at);
+                if !predates && !reg.workers.contains_key(uid) {
                     continue;
                 }
                 match reg.workers.get(uid).map(Worker::view) {
@@ -561,6 +583,13 @@ fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
                 .max_by_key(|c| (c.attempt, c.created_at))
                 .is_some_and(|c| c.state == ContainerRunState::Exited)
         })
+}
+
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {

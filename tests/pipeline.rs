@@ -107,6 +107,7 @@ async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
                 grace_override: Some(0),
                 reason: KillReason::Requested {
                     disruption: None,
+                    reason: None,
                     message: "test".into(),
                 },
                 done: Some(tx),

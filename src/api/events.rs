@@ -33,8 +33,18 @@ fn to_api(ev: &PodEvent, node: &str) -> Event {
         },
         reason: Some(ev.reason.as_str().into()),
         message: Some(ev.message.clone()),
-        type_: Some(if ev.reason.is_warning() { "Warning" } else { "Normal" }.into()),
-        source: Some(EventSource { component: Some(COMPONENT.into()), host: Some(node.into()) }),
+        type_: Some(
+            if ev.reason.is_warning() {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .into(),
+        ),
+        source: Some(EventSource {
+            component: Some(COMPONENT.into()),
+            host: Some(node.into()),
+        }),
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
         count: Some(1),
@@ -60,7 +70,10 @@ pub async fn run(
         let Some(ev) = ev else { return };
         limiter.acquire().await;
         let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &ev.namespace);
-        if let Err(e) = api.create(&PostParams::default(), &to_api(&ev, &node)).await {
+        if let Err(e) = api
+            .create(&PostParams::default(), &to_api(&ev, &node))
+            .await
+        {
             tracing::debug!(err = %e, reason = ev.reason.as_str(), "posting an event failed");
         }
     }

@@ -20,7 +20,10 @@ use tokio::time::Instant;
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("kubeconfig {path}: {source}")]
-    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
     #[error("no API credentials: no --kubeconfig given and not running in a cluster ({0})")]
     NoCredentials(kube::config::InClusterError),
     #[error("building the API client: {0}")]
@@ -31,7 +34,10 @@ pub enum ApiError {
 pub async fn client_config(kubeconfig: Option<&Path>) -> Result<kube::Config, ApiError> {
     match kubeconfig {
         Some(path) => {
-            let err = |source| ApiError::Kubeconfig { path: path.display().to_string(), source };
+            let err = |source| ApiError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
             let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
@@ -60,7 +66,11 @@ pub struct RateLimiter {
 impl RateLimiter {
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
-        Self { qps: qps.max(0.001), burst, state: tokio::sync::Mutex::new((burst, Instant::now())) }
+        Self {
+            qps: qps.max(0.001),
+            burst,
+            state: tokio::sync::Mutex::new((burst, Instant::now())),
+        }
     }
 
     /// Waits for a token. Callers queue in order (the mutex is fair).
@@ -95,6 +105,9 @@ mod tests {
             l.acquire().await;
         }
         let took = Instant::now() - t0;
-        assert!(took >= Duration::from_millis(990) && took <= Duration::from_millis(1010), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(990) && took <= Duration::from_millis(1010),
+            "{took:?}"
+        );
     }
 }

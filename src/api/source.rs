@@ -11,8 +11,9 @@
 use super::status_manager::StatusManager;
 use crate::cri::Runtime;
 use crate::grace;
+use crate::lifecycle::KillReason;
 use crate::pod::{PodInfo, PodUid};
-use crate::workers::PodWorkers;
+use crate::workers::{KillRequest, PodWorkers};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -48,6 +49,23 @@ fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
     }
 }
 
+fn now_secs() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// A pod found already terminating at start-up (reaplet restarted mid-termination): the time
+/// left until the API server's deadline (`deletionTimestamp`), if shorter than the deletion
+/// grace, so that a restart never extends a pod's life beyond its original deadline (plus the
+/// 2 s floor). Only used for the first list: later deletions get their full grace, whatever the
+/// clocks say.
+pub fn resume_grace(pod: &PodInfo, now: i64) -> Option<i64> {
+    // deletionTimestamp has whole seconds: the true deadline is within the next second, and
+    // reaplet never kills before it
+    let deadline = pod.deletion_timestamp?.saturating_add(1);
+    let left = deadline.saturating_sub(now).max(1);
+    (pod.deletion_requested && pod.deletion_grace.is_none_or(|g| left < g)).then_some(left)
+}
+
 /// Watches this node's pods until cancelled, feeding `workers` and `status`.
 pub async fn run<R: Runtime>(
     client: kube::Client,
@@ -68,6 +86,7 @@ pub async fn run<R: Runtime>(
     let mut stream = std::pin::pin!(stream);
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
+    let mut resumed = false;
     loop {
         let ev = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -90,8 +109,24 @@ pub async fn run<R: Runtime>(
                     if let Some(s) = &status {
                         s.observe(&info, terminal);
                     }
+                    let resume = (!resumed)
+                        .then(|| resume_grace(&info, now_secs()))
+                        .flatten();
+                    let uid = info.uid.clone();
                     workers.upsert(info);
+                    if let Some(g) = resume {
+                        tracing::info!(podUID = %uid, gracePeriod = g, "resuming a termination begun before this start");
+                        let _ = workers.kill(
+                            &uid,
+                            KillRequest {
+                                grace_override: Some(g),
+                                reason: KillReason::Deleted,
+                                done: None,
+                            },
+                        );
+                    }
                 }
+                resumed = true;
                 known = now;
                 workers.mark_source_synced(SOURCE);
                 tracing::info!(pods = known.len(), "pod list from the API server");
@@ -106,7 +141,12 @@ pub async fn run<R: Runtime>(
                 }
             }
             Ok(watcher::Event::Delete(p)) => {
-                let Some(uid) = p.metadata.uid.as_deref().and_then(|u| PodUid::parse(u).ok()) else {
+                let Some(uid) = p
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .and_then(|u| PodUid::parse(u).ok())
+                else {
                     continue;
                 };
                 known.remove(&uid);
@@ -119,5 +159,32 @@ pub async fn run<R: Runtime>(
             }
             Err(e) => tracing::warn!(err = %e, "pod watch error; retrying with backoff"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::PodUid;
+
+    #[test]
+    fn resume_never_extends_the_original_deadline() {
+        let mut p = PodInfo::from_runtime(&PodUid::parse("u").unwrap(), &[], &[]);
+        p.deletion_requested = true;
+        p.deletion_grace = Some(30);
+        p.deletion_timestamp = Some(1_000);
+        assert_eq!(resume_grace(&p, 990), Some(11));
+        assert_eq!(
+            resume_grace(&p, 2_000),
+            Some(1),
+            "past the deadline: 1 (then the 2 s floor)"
+        );
+        assert_eq!(
+            resume_grace(&p, 969),
+            None,
+            "the full grace is left: nothing to shorten"
+        );
+        p.deletion_requested = false;
+        assert_eq!(resume_grace(&p, 990), None);
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -129,7 +130,10 @@ impl StatusManager {
 
     /// Pods still being worked on.
     pub fn pending(&self) -> usize {
-        self.entries().values().filter(|e| e.pending.is_some() || e.wants_delete()).count()
+        self.entries()
+            .values()
+            .filter(|e| e.pending.is_some() || e.wants_delete())
+            .count()
     }
 
     /// Runs until cancelled: syncs at once on every change, and every `resync`.
@@ -149,7 +153,9 @@ impl StatusManager {
         let due: Vec<PodUid> = self
             .entries()
             .iter()
-            .filter(|(_, e)| (e.pending.is_some() || e.wants_delete()) && e.retry_at.is_none_or(|t| t <= now))
+            .filter(|(_, e)| {
+                (e.pending.is_some() || e.wants_delete()) && e.retry_at.is_none_or(|t| t <= now)
+            })
             .map(|(u, _)| u.clone())
             .collect();
         for uid in due {
@@ -171,10 +177,16 @@ impl StatusManager {
     }
 
     async fn sync_one(&self, uid: &PodUid) -> Outcome {
-        let Some(entry) = self.entries().get(uid).cloned() else { return Outcome::Nothing };
-        let api: kube::Api<Pod> = kube::Api::namespaced(self.inner.client.clone(), &entry.namespace);
+        let Some(entry) = self.entries().get(uid).cloned() else {
+            return Outcome::Nothing;
+        };
         let span = tracing::info_span!("pod_status", pod = %format_args!("{}/{}", entry.namespace, entry.name), podUID = %uid);
-        let _g = span.enter();
+        self.sync_entry(uid, entry).instrument(span).await
+    }
+
+    async fn sync_entry(&self, uid: &PodUid, entry: Entry) -> Outcome {
+        let api: kube::Api<Pod> =
+            kube::Api::namespaced(self.inner.client.clone(), &entry.namespace);
         if let Some(st) = &entry.pending {
             if entry.api_terminal {
                 // never change a phase the API already holds as terminal
@@ -184,9 +196,20 @@ impl StatusManager {
             } else {
                 self.inner.limiter.acquire().await;
                 let body = status::status_patch(uid.as_str(), st, &status::now_rfc3339());
-                match api.patch_status(&entry.name, &PatchParams::default(), &Patch::Strategic(body)).await {
+                match api
+                    .patch_status(
+                        &entry.name,
+                        &PatchParams::default(),
+                        &Patch::Strategic(body),
+                    )
+                    .await
+                {
                     Ok(pod) => {
-                        let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                        let phase = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.phase.clone())
+                            .unwrap_or_default();
                         tracing::info!(phase = %phase, "terminal pod status sent");
                         if let Some(e) = self.entries().get_mut(uid) {
                             e.pending = None;
@@ -212,7 +235,10 @@ impl StatusManager {
         self.inner.limiter.acquire().await;
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match api.delete(&entry.name, &dp).await {
@@ -233,7 +259,12 @@ impl StatusManager {
 }
 
 impl StatusSink for StatusManager {
-    fn pod_terminated(&self, pod: &PodInfo, reason: Option<&KillReason>, finals: &[ContainerFinal]) {
+    fn pod_terminated(
+        &self,
+        pod: &PodInfo,
+        reason: Option<&KillReason>,
+        finals: &[ContainerFinal],
+    ) {
         let st = match status::terminal_status(pod, finals, reason) {
             Ok(st) => st,
             Err(e) => {
@@ -241,11 +272,16 @@ impl StatusSink for StatusManager {
                 None
             }
         };
-        if st.is_none() && (pod.static_pod || matches!(reason, Some(KillReason::Orphan | KillReason::ObjectGone))) {
+        if st.is_none()
+            && (pod.static_pod
+                || matches!(reason, Some(KillReason::Orphan | KillReason::ObjectGone)))
+        {
             return; // nothing will ever be sent for it
         }
         let mut entries = self.entries();
-        let e = entries.entry(pod.uid.clone()).or_insert_with(|| Entry::from_pod(pod));
+        let e = entries
+            .entry(pod.uid.clone())
+            .or_insert_with(|| Entry::from_pod(pod));
         e.deletion_requested |= pod.deletion_requested;
         e.api_terminal |= pod.terminal_phase;
         e.pending = st;

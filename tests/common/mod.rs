@@ -16,6 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub mod apiserver;
+
 pub struct Harness {
     pub workers: PodWorkers<CriClient>,
     pub events: mpsc::Receiver<PodEvent>,

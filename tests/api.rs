@@ -1,0 +1,534 @@
+//! reaplet against the Kubernetes API (the in-process API server in tests/common/apiserver.rs)
+//! and a real containerd (privileged: needs root). Request sequences are asserted from the
+//! server's request log.
+
+mod common;
+
+use common::apiserver::{ApiServer, Recorded};
+use common::*;
+use reaplet::agent::AgentConfig;
+use reaplet::cgroups::CgroupDriver;
+use reaplet::cri::{CriConfig, Runtime};
+use reaplet::pod::PodUid;
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
+use reaplet::workers::PipelineConfig;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const NODE: &str = "testnode";
+const LIMIT: Duration = Duration::from_secs(40);
+
+struct ApiHarness {
+    api: ApiServer,
+    root: tempfile::TempDir,
+    cancel: CancellationToken,
+    agent: Option<tokio::task::JoinHandle<()>>,
+    tb: Testbed,
+}
+
+impl ApiHarness {
+    async fn new(name: &str) -> ApiHarness {
+        let tb = Testbed::start(repo(), name);
+        let api = ApiServer::start().await;
+        ApiHarness {
+            api,
+            root: tempfile::tempdir().unwrap(),
+            cancel: CancellationToken::new(),
+            agent: None,
+            tb,
+        }
+    }
+
+    fn config(&self, kube: Option<kube::Config>, manifests: Option<PathBuf>) -> AgentConfig {
+        AgentConfig {
+            node_name: NODE.into(),
+            runtime: CriConfig {
+                endpoint: self.tb.endpoint(),
+                request_timeout: Duration::from_secs(120),
+            },
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroup_root: self.tb.cgroup_root.clone(),
+            pod_manifest_path: manifests,
+            file_check_frequency: Duration::from_millis(200),
+            kube,
+            api_qps: 100.0,
+            api_burst: 200,
+            event_qps: 10.0,
+            event_burst: 50,
+            status_resync: Duration::from_secs(10),
+            pipeline: PipelineConfig {
+                root_dir: self.root.path().join("kubelet"),
+                volume_poll: Duration::from_millis(100),
+                ..PipelineConfig::default()
+            },
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Runs the agent in this process, against the API server.
+    async fn start_agent(&mut self) {
+        let kc = self.api.write_kubeconfig(self.root.path());
+        let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
+        let cfg = self.config(Some(kube), None);
+        let cancel = self.cancel.clone();
+        self.agent = Some(tokio::spawn(async move {
+            reaplet::agent::run(cfg, cancel).await.unwrap();
+        }));
+        self.wait_watching(0).await;
+    }
+
+    /// Waits until reaplet has more than `seen` pod watch requests open.
+    async fn wait_watching(&self, seen: usize) {
+        let start = Instant::now();
+        while watches(&self.api.requests()) <= seen {
+            assert!(
+                start.elapsed() < LIMIT,
+                "reaplet never started watching pods"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        let start = Instant::now();
+        while self.api.get_pod("default", name).is_some() {
+            assert!(
+                start.elapsed() < LIMIT,
+                "pod {name} still in the API: {:?}\nwrites: {:#?}",
+                self.api.get_pod("default", name),
+                self.api.writes()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(a) = self.agent.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
+        }
+    }
+}
+
+fn watches(reqs: &[Recorded]) -> usize {
+    reqs.iter()
+        .filter(|r| {
+            r.path == "/api/v1/pods"
+                && r.query
+                    .get("watch")
+                    .is_some_and(|w| w == "true" || w == "1")
+        })
+        .count()
+}
+
+/// reaplet's writes about one pod, without events.
+fn pod_writes(api: &ApiServer, name: &str) -> Vec<Recorded> {
+    api.writes()
+        .into_iter()
+        .filter(|r| {
+            r.path
+                .starts_with(&format!("/api/v1/namespaces/default/pods/{name}"))
+        })
+        .collect()
+}
+
+fn event_writes(api: &ApiServer) -> Vec<Recorded> {
+    api.writes()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/events"))
+        .collect()
+}
+
+fn assert_status_then_delete(api: &ApiServer, name: &str, uid: &str, phase: &str, exit: i64) {
+    let w = pod_writes(api, name);
+    assert_eq!(
+        w.len(),
+        2,
+        "expected exactly a status PATCH then a DELETE: {w:#?}"
+    );
+    let (patch, delete) = (&w[0], &w[1]);
+    assert_eq!(patch.method, "PATCH");
+    assert!(patch.path.ends_with("/status"), "{}", patch.path);
+    assert!(
+        patch
+            .content_type
+            .starts_with("application/strategic-merge-patch+json")
+    );
+    assert_eq!(patch.status, 200);
+    assert_eq!(patch.body["metadata"]["uid"], uid);
+    assert_eq!(patch.body["status"]["phase"], phase);
+    assert_eq!(
+        patch.body["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        exit
+    );
+    let conds = patch.body["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conds
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "False")
+    );
+    assert!(
+        conds
+            .iter()
+            .any(|c| c["type"] == "ContainersReady" && c["status"] == "False")
+    );
+    assert_eq!(delete.method, "DELETE");
+    assert_eq!(delete.body["gracePeriodSeconds"], 0);
+    assert_eq!(delete.body["preconditions"]["uid"], uid);
+    assert_eq!(delete.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_trapping_pod_gets_succeeded_then_a_uid_guarded_delete() {
+    let mut h = ApiHarness::new("api-trap").await;
+    let t = PodTemplate::new("web", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    let t0 = now_ns();
+    h.api.delete_pod("default", "web", None);
+    h.wait_gone("web").await;
+    let gone = now_ns();
+    assert_status_then_delete(&h.api, "web", &t.uid, "Succeeded", 0);
+    let st =
+        h.tb.client()
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+    assert_eq!(st.exit_code, 0);
+    let events = event_writes(&h.api);
+    let total = pod_writes(&h.api, "web").len() + events.len();
+    println!(
+        "API requests for one deleted pod: {total} (status 1, delete 1, events {}); delete → gone {:.0} ms",
+        events.len(),
+        (gone - t0) as f64 / 1e6
+    );
+    assert!(events.iter().any(|e| e.body["reason"] == "Killing"));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_term_ignoring_pod_is_failed_137_after_its_grace() {
+    let mut h = ApiHarness::new("api-ignore").await;
+    let t = PodTemplate::new("stubborn", 3).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    let t0 = now_ns();
+    h.api.delete_pod("default", "stubborn", None);
+    h.wait_gone("stubborn").await;
+    assert_status_then_delete(&h.api, "stubborn", &t.uid, "Failed", 137);
+    let st =
+        h.tb.client()
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+    let took = secs(st.finished_at - t0);
+    assert!(
+        (3.0..4.5).contains(&took),
+        "SIGKILL after {took:.3}s, grace 3"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sent() {
+    let mut h = ApiHarness::new("api-force").await;
+    let t = PodTemplate::new("forced", 600).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    let t0 = now_ns();
+    let (code, _) = h.api.delete_pod("default", "forced", Some(0));
+    assert_eq!(code, 200);
+    assert!(
+        h.api.get_pod("default", "forced").is_none(),
+        "grace 0 removes at once"
+    );
+    let client = h.tb.client();
+    let start = Instant::now();
+    loop {
+        let st = client
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+        if !st.state.may_run() {
+            let took = secs(st.finished_at - t0);
+            assert_eq!(st.exit_code, 137);
+            assert!(
+                (2.0..4.5).contains(&took),
+                "killed after {took:.3}s: grace 1 → 2 s floor"
+            );
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "force-deleted pod still running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        pod_writes(&h.api, "forced").is_empty(),
+        "{:#?}",
+        pod_writes(&h.api, "forced")
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_recreated_under_the_same_name_is_never_touched_by_the_old_worker() {
+    let mut h = ApiHarness::new("api-recreate").await;
+    let old = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
+    launch(&h.tb, &old).await.unwrap();
+    h.api.create_pod(old.api_object());
+    h.start_agent().await;
+    h.api.delete_pod("default", "same", Some(3));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // reaplet is blind while the pod is replaced (force delete + create, new UID)
+    h.api.refuse_connections_for(Duration::from_secs(4));
+    let new = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let pn = launch(&h.tb, &new).await.unwrap();
+    h.api.delete_pod("default", "same", Some(0));
+    h.api.create_pod(new.api_object());
+    let swap = Instant::now();
+    // the old pod's termination ends during the outage; give reaplet time to retry after it
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let cur = h
+        .api
+        .get_pod("default", "same")
+        .expect("the new pod is still there");
+    assert_eq!(cur["metadata"]["uid"], new.uid.as_str());
+    assert!(
+        cur["metadata"]["deletionTimestamp"].is_null(),
+        "the new pod was deleted: {cur}"
+    );
+    assert_eq!(
+        cur["status"]["phase"], "Running",
+        "the new pod was patched: {cur}"
+    );
+    for r in pod_writes(&h.api, "same").iter().filter(|r| r.at > swap) {
+        assert!(r.status >= 400, "a write reached the new pod: {r:#?}");
+        assert_ne!(r.body["metadata"]["uid"], new.uid.as_str());
+        assert_ne!(r.body["preconditions"]["uid"], new.uid.as_str());
+    }
+    let st =
+        h.tb.client()
+            .container_status(pn.container_id("app"))
+            .await
+            .unwrap();
+    assert!(st.state.may_run(), "the new pod's container was stopped");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_refusing_connections_mid_termination_delays_status_and_delete_only() {
+    let mut h = ApiHarness::new("api-outage").await;
+    let t = PodTemplate::new("patient", 30).container(
+        ContainerTemplate::new("app", TRAPS_TERM)
+            .pre_stop(serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}})),
+    );
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    h.api.delete_pod("default", "patient", None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let wall0 = now_ns();
+    let mono0 = Instant::now();
+    h.api.refuse_connections_for(Duration::from_secs(10));
+    let outage_end = mono0 + Duration::from_secs(10);
+    h.wait_gone("patient").await;
+    assert_status_then_delete(&h.api, "patient", &t.uid, "Succeeded", 0);
+    let w = pod_writes(&h.api, "patient");
+    assert!(
+        w.iter().all(|r| r.at >= outage_end),
+        "a write got through the outage: {w:#?}"
+    );
+    let st =
+        h.tb.client()
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+    let stopped_at = mono0 + Duration::from_nanos((st.finished_at - wall0).max(0) as u64);
+    assert!(
+        stopped_at < outage_end,
+        "the container should have stopped during the outage"
+    );
+    assert!(
+        w[1].at > stopped_at,
+        "deleted before its containers stopped"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_completing_on_its_own_is_patched_succeeded_and_left_in_the_api() {
+    let mut h = ApiHarness::new("api-job").await;
+    let mut t =
+        PodTemplate::new("job", 30).container(ContainerTemplate::new("main", "sleep 1; exit 0"));
+    t.restart_policy = "Never";
+    launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    let start = Instant::now();
+    loop {
+        let pod = h
+            .api
+            .get_pod("default", "job")
+            .expect("a completed pod stays");
+        if pod["status"]["phase"] == "Succeeded" {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "never patched Succeeded: {pod}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let w = pod_writes(&h.api, "job");
+    assert_eq!(w.len(), 1, "one status patch, no delete: {w:#?}");
+    assert_eq!(
+        w[0].body["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        0
+    );
+    assert!(h.api.get_pod("default", "job").is_some());
+    h.stop().await;
+}
+
+fn reaplet_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_reaplet")
+}
+
+fn spawn_reaplet(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(reaplet_bin())
+        .arg("run")
+        .args(["--hostname-override", NODE])
+        .args(["--container-runtime-endpoint", &h.tb.endpoint()])
+        .args(["--cgroup-root", &h.tb.cgroup_root])
+        .arg("--root-dir")
+        .arg(h.root.path().join("kubelet"))
+        .args(extra)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(out.try_clone().unwrap())
+        .spawn()
+        .expect("spawning reaplet")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
+    let h = ApiHarness::new("api-restart").await;
+    let t = PodTemplate::new("resumed", 6).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    let kc = h.api.write_kubeconfig(h.root.path());
+    let log = h.root.path().join("reaplet.log");
+    let kc_s = kc.display().to_string();
+    let mut first = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    h.wait_watching(0).await;
+    let t0 = now_ns();
+    h.api.delete_pod("default", "resumed", None);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let seen = watches(&h.api.requests());
+    let mut second = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    h.wait_watching(seen).await;
+    h.wait_gone("resumed").await;
+    let st =
+        h.tb.client()
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+    let took = secs(st.finished_at - t0);
+    assert_eq!(st.exit_code, 137);
+    assert!(
+        took >= 5.0,
+        "killed after {took:.3}s, before its grace of 6 s"
+    );
+    assert!(
+        took <= 8.5,
+        "killed after {took:.3}s: beyond the original deadline (6 s) + the 2 s floor\n{}",
+        tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+    );
+    let w = pod_writes(&h.api, "resumed");
+    assert_eq!(w.last().map(|r| r.method.as_str()), Some("DELETE"));
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
+    let h = ApiHarness::new("api-static").await;
+    let dir = h.root.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("web.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 3\n  hostNetwork: true\n  containers:\n  - name: app\n    image: {}\n    command: [/bin/sh, -c, \"{IGNORES_TERM}\"]\n",
+            reaplet::testbed::BUSYBOX_IMAGE
+        ),
+    )
+    .unwrap();
+    let info = reaplet::file_source::load(&file, NODE).unwrap();
+    let mut t =
+        PodTemplate::new(&info.name, 3).container(ContainerTemplate::new("app", IGNORES_TERM));
+    t.uid = info.uid.to_string();
+    let p = launch(&h.tb, &t).await.unwrap();
+    let log = h.root.path().join("reaplet.log");
+    let dir_s = dir.display().to_string();
+    let mut child = spawn_reaplet(&h, &["--pod-manifest-path", &dir_s], &log);
+    // the static pod is desired: nothing happens to it
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let client = h.tb.client();
+    let st = client
+        .container_status(p.container_id("app"))
+        .await
+        .unwrap();
+    assert!(
+        st.state.may_run(),
+        "a desired static pod was stopped\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let t0 = now_ns();
+    std::fs::remove_file(&file).unwrap();
+    let uid = PodUid::parse(&t.uid).unwrap();
+    let cgroups = reaplet::cgroups::CgroupManager::from_mountinfo(
+        Path::new("/proc/self/mountinfo"),
+        h.tb.naming(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let st = client
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+        if !st.state.may_run() && cgroups.existing(&uid).unwrap().is_empty() {
+            let took = secs(st.finished_at - t0);
+            assert_eq!(st.exit_code, 137);
+            assert!(
+                took >= 3.0,
+                "static pod killed after {took:.3}s, before its own grace of 3 s"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "static pod not terminated\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        h.api.requests().is_empty(),
+        "no API was configured, yet it was called"
+    );
+}
