@@ -13,6 +13,8 @@
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
+//! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
+//! * [`demo`]: `reaplet demo`;
 //! * [`testbed`]: helpers that launch pods through CRI exactly as the kubelet does (tests,
 //!   benchmarks and the demo).
 
@@ -21,6 +23,7 @@ pub mod api;
 pub mod authority;
 pub mod cgroups;
 pub mod cri;
+pub mod demo;
 pub mod events;
 pub mod file_source;
 pub mod grace;

@@ -3,17 +3,12 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use reaplet::authority::Authority;
-use reaplet::cgroups::{CgroupDriver, CgroupManager, CgroupNaming};
-use reaplet::cri::{CriClient, CriConfig, Runtime};
-use reaplet::events::EventSink;
-use reaplet::testbed::{self, ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
-use reaplet::workers::{PipelineConfig, PodWorkers};
+use reaplet::cgroups::CgroupDriver;
+use reaplet::cri::CriConfig;
+use reaplet::workers::PipelineConfig;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 #[derive(Parser)]
 #[command(
@@ -216,126 +211,34 @@ async fn run(args: RunArgs) -> Result<()> {
 }
 
 async fn demo(args: DemoArgs) -> Result<()> {
-    let tb = testbed::Testbed::attach(args.testbed_dir.clone(), args.cgroup_root.clone());
-    let client = CriClient::new(&CriConfig {
-        endpoint: tb.endpoint(),
-        ..CriConfig::default()
-    })?;
-    let v = client
-        .version()
-        .await
-        .context("the test bed's containerd is not answering")?;
+    let (version, rows) = reaplet::demo::run(reaplet::demo::DemoConfig {
+        testbed_dir: args.testbed_dir,
+        cgroup_root: args.cgroup_root,
+        mountinfo: "/proc/self/mountinfo".into(),
+    })
+    .await?;
+    println!("runtime: {version}");
+    println!("pods came from a static manifest directory; the orphan had no manifest at all\n");
     println!(
-        "runtime: {} {} (CRI {})",
-        v.runtime_name, v.runtime_version, v.runtime_api_version
+        "{:<22} {:<17} {:>6} {:<10} {:>9} {:>5}",
+        "POD", "WHY", "GRACE", "CONTAINER", "STOPPED", "EXIT"
     );
-
-    let naming = CgroupNaming::new(CgroupDriver::Cgroupfs, &args.cgroup_root)?;
-    let cgroups = CgroupManager::from_mountinfo("/proc/self/mountinfo".as_ref(), naming)?;
-    let root_dir = args.testbed_dir.join("kubelet");
-    std::fs::create_dir_all(&root_dir)?;
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    let workers = PodWorkers::new(
-        Arc::new(client.clone()),
-        cgroups,
-        PipelineConfig {
-            root_dir,
-            ..PipelineConfig::default()
-        },
-        EventSink::log_only(),
-        Arc::new(Authority::default()),
-        cancel.clone(),
-        tracker.clone(),
-    );
-
-    let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}});
-    let pods = vec![
-        PodTemplate::new("web", 30).container(ContainerTemplate::new("app", TRAPS_TERM)),
-        PodTemplate::new("stubborn", 3).container(ContainerTemplate::new("app", IGNORES_TERM)),
-        PodTemplate::new("hooked", 10)
-            .container(ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook)),
-        PodTemplate::new("mesh", 30)
-            .sidecar(ContainerTemplate::new("proxy", TRAPS_TERM))
-            .container(ContainerTemplate::new(
-                "app",
-                "trap 'sleep 1; exit 0' TERM; sleep 3600 & wait $!",
-            )),
-    ];
-    let orphan =
-        PodTemplate::new("forgotten", 600).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let mut launched = Vec::new();
-    for t in pods.iter().chain([&orphan]) {
-        let p = testbed::launch(&tb, t)
-            .await
-            .map_err(|e| anyhow::anyhow!("launching {}: {e}", t.name))?;
-        launched.push((t.name.clone(), p));
-    }
-    println!(
-        "launched {} pods (the last one is an orphan: no pod object knows it)",
-        launched.len()
-    );
-
-    workers.set_desired(pods.iter().map(PodTemplate::pod_info).collect(), Some(1));
-    tracker.spawn(workers.clone().run_housekeeping());
-    let t0 = std::time::SystemTime::now();
-    let t0_ns = t0.duration_since(std::time::UNIX_EPOCH)?.as_nanos() as i64;
-    for t in &pods {
-        workers.upsert(t.deleted(t.grace));
-    }
-    println!("deleted 4 pods through the seam (deletionGracePeriodSeconds = their spec grace)");
-
-    // record each pod's containers as soon as they are stopped (a finished orphan's sandbox
-    // is garbage-collected right after, with its containers)
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut rows: Vec<Option<Vec<String>>> = vec![None; launched.len()];
-    let mut done = vec![false; launched.len()];
-    while done.iter().any(|d| !d) {
-        for (i, (name, p)) in launched.iter().enumerate() {
-            let view = workers.view(&p.uid);
-            let state = view.as_ref().map(|v| v.state);
-            if rows[i].is_none() && matches!(state, Some("terminated" | "finished")) {
-                let v = view.as_ref().context("pod view")?;
-                let mut lines = Vec::new();
-                for (cname, cid) in &p.containers {
-                    let (stopped, exit) = match client.container_status(cid).await {
-                        Ok(st) => (
-                            format!("{:>8.3}s", (st.finished_at - t0_ns) as f64 / 1e9),
-                            st.exit_code.to_string(),
-                        ),
-                        Err(_) => ("removed".into(), "-".into()),
-                    };
-                    lines.push(format!(
-                        "{:<10} {:<8} {:>5}s {:<10} {:>9} {:>5}",
-                        name,
-                        v.reason.unwrap_or("-"),
-                        v.grace.unwrap_or(0),
-                        cname,
-                        stopped,
-                        exit
-                    ));
-                }
-                rows[i] = Some(lines);
-            }
-            // finished, or finished and already forgotten by housekeeping
-            done[i] = rows[i].is_some() && matches!(state, Some("finished") | None);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("pods did not finish within 60 s: {:?}", workers.snapshot());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    println!();
-    println!(
-        "{:<10} {:<8} {:>6} {:<10} {:>9} {:>5}",
-        "POD", "REASON", "GRACE", "CONTAINER", "STOPPED", "EXIT"
-    );
-    for line in rows.into_iter().flatten().flatten() {
-        println!("{line}");
+    for r in rows {
+        let stopped = if r.stopped_after.is_nan() {
+            "removed".to_string()
+        } else {
+            format!("{:.3}s", r.stopped_after)
+        };
+        let exit = if r.exit_code < 0 {
+            "-".to_string()
+        } else {
+            r.exit_code.to_string()
+        };
+        println!(
+            "{:<22} {:<17} {:>5}s {:<10} {:>9} {:>5}",
+            r.pod, r.why, r.grace, r.container, stopped, exit
+        );
     }
     println!("\nall pods terminated: containers and sandboxes stopped, pod cgroups removed");
-    cancel.cancel();
-    tracker.close();
-    tracker.wait().await;
     Ok(())
 }

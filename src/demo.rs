@@ -1,0 +1,213 @@
+//! The demo behind `reaplet demo` (no kubelet counterpart): the real agent with its embedded
+//! default pod source, a static manifest directory, on a private containerd (the test bed).
+//!
+//! Four pods are described by manifests and launched through CRI as the kubelet would (a
+//! TERM-trapping one, a TERM-ignoring one with grace 3, one with an exec preStop hook, one
+//! with a sidecar); a fifth runs with no manifest at all (an orphan). The agent starts, stops
+//! the orphan with grace 1, and when the four manifests are removed ends their pods with their
+//! own grace. The report says when and how every container stopped.
+
+use crate::agent::{self, AgentConfig};
+use crate::cgroups::{CgroupDriver, CgroupManager};
+use crate::cri::{CriClient, CriConfig, Runtime};
+use crate::file_source;
+use crate::testbed::{
+    self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
+};
+use crate::workers::PipelineConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("the test bed's containerd is not answering: {0}")]
+    Runtime(#[from] crate::cri::CriError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("manifest: {0}")]
+    Manifest(#[from] file_source::ManifestError),
+    #[error("launching pod {pod}: {reason}")]
+    Launch { pod: String, reason: String },
+    #[error("agent: {0}")]
+    Agent(#[from] agent::AgentError),
+    #[error("pods still running after {0:?}")]
+    Timeout(Duration),
+}
+
+/// One row of the report.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub pod: String,
+    pub why: &'static str,
+    pub grace: i64,
+    pub container: String,
+    /// Seconds from the start of the pod's termination to the container's exit.
+    pub stopped_after: f64,
+    pub exit_code: i32,
+}
+
+pub struct DemoConfig {
+    pub testbed_dir: PathBuf,
+    pub cgroup_root: String,
+    pub mountinfo: PathBuf,
+}
+
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Runs the demo; returns the runtime's version line and the report.
+pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
+    const NODE: &str = "demo-node";
+    let tb = Testbed::attach(cfg.testbed_dir.clone(), cfg.cgroup_root.clone());
+    let client = CriClient::new(&CriConfig {
+        endpoint: tb.endpoint(),
+        ..CriConfig::default()
+    })?;
+    let v = client.version().await?;
+    let version = format!(
+        "{} {} (CRI {})",
+        v.runtime_name, v.runtime_version, v.runtime_api_version
+    );
+
+    let manifests = cfg.testbed_dir.join("manifests");
+    std::fs::create_dir_all(&manifests)?;
+    let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}});
+    let templates = vec![
+        PodTemplate::new("web", 30).container(ContainerTemplate::new("app", TRAPS_TERM)),
+        PodTemplate::new("stubborn", 3).container(ContainerTemplate::new("app", IGNORES_TERM)),
+        PodTemplate::new("hooked", 10)
+            .container(ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook)),
+        PodTemplate::new("mesh", 30)
+            .sidecar(ContainerTemplate::new("proxy", TRAPS_TERM))
+            .container(ContainerTemplate::new(
+                "app",
+                "trap 'sleep 1; exit 0' TERM; sleep 3600 & wait $!",
+            )),
+    ];
+    let launch = |t: PodTemplate| {
+        let tb = &tb;
+        async move {
+            let p = testbed::launch(tb, &t)
+                .await
+                .map_err(|e| DemoError::Launch {
+                    pod: t.name.clone(),
+                    reason: e.to_string(),
+                })?;
+            Ok::<_, DemoError>((t, p))
+        }
+    };
+    let mut pods: Vec<(PodTemplate, LaunchedPod, PathBuf)> = Vec::new();
+    for mut t in templates {
+        // the manifest the kubelet would read; its UID and name follow from the file
+        let path = manifests.join(format!("{}.json", t.name));
+        let mut obj = t.api_object();
+        obj["metadata"].as_object_mut().map(|m| m.remove("uid"));
+        obj.as_object_mut().map(|o| o.remove("status"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&obj).unwrap_or_default())?;
+        let info = file_source::load(&path, NODE)?;
+        t.uid = info.uid.to_string();
+        t.name = info.name.clone();
+        let (t, p) = launch(t).await?;
+        pods.push((t, p, path));
+    }
+    let (orphan_t, orphan) = launch(
+        PodTemplate::new("forgotten", 600).container(ContainerTemplate::new("app", IGNORES_TERM)),
+    )
+    .await?;
+
+    let cancel = CancellationToken::new();
+    let agent_cfg = AgentConfig {
+        node_name: NODE.into(),
+        runtime: CriConfig {
+            endpoint: tb.endpoint(),
+            ..CriConfig::default()
+        },
+        cgroup_driver: CgroupDriver::Cgroupfs,
+        cgroup_root: cfg.cgroup_root.clone(),
+        pod_manifest_path: Some(manifests.clone()),
+        file_check_frequency: Duration::from_millis(200),
+        kube: None,
+        api_qps: 100.0,
+        api_burst: 200,
+        event_qps: 10.0,
+        event_burst: 50,
+        status_resync: Duration::from_secs(10),
+        pipeline: PipelineConfig {
+            root_dir: cfg.testbed_dir.join("kubelet"),
+            mountinfo: cfg.mountinfo.clone(),
+            ..PipelineConfig::default()
+        },
+        shutdown_timeout: Duration::from_secs(5),
+    };
+    let agent_started = wall_ns();
+    let agent = tokio::spawn(agent::run(agent_cfg, cancel.clone()));
+    // let the agent read the manifests (and find the orphan), then remove the manifests
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let removed = wall_ns();
+    for (_, _, path) in &pods {
+        std::fs::remove_file(path)?;
+    }
+
+    let cgroups = CgroupManager::from_mountinfo(&cfg.mountinfo, tb.naming())?;
+    let mut all: Vec<(&PodTemplate, &LaunchedPod, &'static str, i64, i64)> = pods
+        .iter()
+        .map(|(t, p, _)| (t, p, "manifest removed", t.grace, removed))
+        .collect();
+    all.push((&orphan_t, &orphan, "orphan", 1, agent_started));
+    // record each pod's containers as soon as they have stopped: a finished pod that no
+    // source wants any more has its sandbox (and containers) garbage-collected right after
+    let limit = Duration::from_secs(60);
+    let start = tokio::time::Instant::now();
+    let mut rows: Vec<Option<Vec<Row>>> = vec![None; all.len()];
+    loop {
+        let mut done = true;
+        for (i, (t, p, why, grace, since)) in all.iter().enumerate() {
+            if rows[i].is_none() {
+                let cs = client.list_containers(Some(p.uid.as_str())).await?;
+                if cs.iter().any(|c| c.state.may_run()) {
+                    done = false;
+                    continue;
+                }
+                let mut mine = Vec::new();
+                for (name, id) in &p.containers {
+                    let (stopped_after, exit_code) = match client.container_status(id).await {
+                        Ok(st) => ((st.finished_at - since) as f64 / 1e9, st.exit_code),
+                        Err(_) => (f64::NAN, -1),
+                    };
+                    mine.push(Row {
+                        pod: t.name.clone(),
+                        why,
+                        grace: *grace,
+                        container: name.clone(),
+                        stopped_after,
+                        exit_code,
+                    });
+                }
+                rows[i] = Some(mine);
+            }
+            done &= cgroups
+                .existing(&p.uid)
+                .map(|v| v.is_empty())
+                .unwrap_or(false);
+        }
+        if done {
+            break;
+        }
+        if start.elapsed() > limit {
+            cancel.cancel();
+            return Err(DemoError::Timeout(limit));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rows: Vec<Row> = rows.into_iter().flatten().flatten().collect();
+    cancel.cancel();
+    if let Ok(r) = agent.await {
+        r?;
+    }
+    Ok((version, rows))
+}
