@@ -532,3 +532,55 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
         "no API was configured, yet it was called"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_an_orphan() {
+    let mut h = ApiHarness::new("api-relist").await;
+    let t =
+        PodTemplate::new("vanished", 600).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    // blind reaplet, delete the pod for good, and forget the history: the watch must re-list
+    h.api.refuse_connections_for(Duration::from_secs(3));
+    h.api.delete_pod("default", "vanished", Some(0));
+    h.api.compact();
+    let lists_before = h
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains_key("watch"))
+        .count();
+    let client = h.tb.client();
+    let start = Instant::now();
+    loop {
+        let st = client
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+        if !st.state.may_run() {
+            assert_eq!(st.exit_code, 137);
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "the vanished pod was never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reqs = h.api.requests();
+    let gone = reqs
+        .iter()
+        .filter(|r| r.status == 200 && r.query.get("watch").is_some_and(|w| w == "true"))
+        .count();
+    let lists_after = reqs
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains_key("watch"))
+        .count();
+    assert!(
+        lists_after > lists_before,
+        "no re-list after 410 Gone ({gone} watches)"
+    );
+    assert!(pod_writes(&h.api, "vanished").is_empty());
+    h.stop().await;
+}

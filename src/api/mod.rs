@@ -31,8 +31,12 @@ pub enum ApiError {
 }
 
 /// The kubelet's order: an explicit kubeconfig, else the in-cluster service account.
+///
+/// kube-rs's built-in retry of 429/503/504 (up to 15 attempts, backing off to minutes) is
+/// switched off: the status manager and the watcher retry with their own bounded backoff, and
+/// an eviction's 429 must reach its caller.
 pub async fn client_config(kubeconfig: Option<&Path>) -> Result<kube::Config, ApiError> {
-    match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let err = |source| ApiError::Kubeconfig {
                 path: path.display().to_string(),
@@ -41,10 +45,12 @@ pub async fn client_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Ap
             let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(err)
+                .map_err(err)?
         }
-        None => kube::Config::incluster().map_err(ApiError::NoCredentials),
-    }
+        None => kube::Config::incluster().map_err(ApiError::NoCredentials)?,
+    };
+    config.default_retry = false;
+    Ok(config)
 }
 
 /// The HTTP status of an API error answer, if it was one.
