@@ -15,9 +15,14 @@ use crate::cgroups::{CgroupDriver, CgroupError, CgroupManager, CgroupNaming};
 use crate::cri::{CriClient, CriConfig, CriError, Runtime};
 use crate::events::EventSink;
 use crate::file_source;
+use crate::metrics::Metrics;
+use crate::sd_notify::Notifier;
+use crate::server::{self, AgentState};
 use crate::workers::{PipelineConfig, PodWorkers};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -41,6 +46,11 @@ pub struct AgentConfig {
     pub pipeline: PipelineConfig,
     /// How long a stop waits for tasks to wind down.
     pub shutdown_timeout: Duration,
+    /// The status endpoint (`/metrics`, `/healthz`, `/readyz`, `/pods`); `None`: none.
+    pub metrics_bind_address: Option<SocketAddr>,
+    /// `$NOTIFY_SOCKET` and the watchdog interval (`$WATCHDOG_USEC`) under systemd.
+    pub notify_socket: Option<String>,
+    pub watchdog: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +68,84 @@ pub enum AgentError {
     Api(#[source] kube::Error),
     #[error("no pod source: give a kubeconfig (or run in a cluster) or --pod-manifest-path")]
     NoSource,
+    #[error("status endpoint {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What the status endpoint and systemd see of a running agent.
+struct Live<R> {
+    workers: PodWorkers<R>,
+    metrics: Arc<Metrics>,
+    runtime_ok: Arc<AtomicBool>,
+    events: EventSink,
+    dropped_seen: AtomicU64,
+    liveness_bound: Duration,
+}
+
+impl<R: Runtime> Live<R> {
+    fn summary(&self) -> String {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for v in self.workers.snapshot() {
+            *counts.entry(v.state).or_default() += 1;
+        }
+        let parts: Vec<String> = ["sync", "terminating", "terminated", "finished"]
+            .iter()
+            .map(|s| format!("{} {s}", counts.get(s).copied().unwrap_or(0)))
+            .collect();
+        format!("pods: {}", parts.join(", "))
+    }
+}
+
+impl<R: Runtime> AgentState for Live<R> {
+    fn metrics_text(&self) -> String {
+        self.workers.update_gauges();
+        let dropped = self.events.dropped();
+        let seen = self.dropped_seen.swap(dropped, Ordering::Relaxed);
+        self.metrics
+            .events_dropped
+            .inc_by(dropped.saturating_sub(seen));
+        self.metrics.encode()
+    }
+
+    fn live(&self) -> Result<(), String> {
+        let since = self.workers.since_heartbeat();
+        if since > self.liveness_bound {
+            return Err(format!("housekeeping has not run for {since:?}"));
+        }
+        Ok(())
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if !self.runtime_ok.load(Ordering::Relaxed) {
+            return Err("the container runtime has not answered yet".into());
+        }
+        if !self.workers.is_synced() {
+            return Err("waiting for the first complete pod list".into());
+        }
+        Ok(())
+    }
+
+    fn pods_json(&self) -> serde_json::Value {
+        let now = tokio::time::Instant::now();
+        let pods: Vec<serde_json::Value> = self
+            .workers
+            .snapshot()
+            .into_iter()
+            .map(|v| {
+                let deadline = v.deadline.map(|d| {
+                    if d >= now { (d - now).as_secs_f64() } else { -(now - d).as_secs_f64() }
+                });
+                serde_json::json!({
+                    "pod": v.key, "uid": v.uid.as_str(), "state": v.state, "gracePeriod": v.grace,
+                    "deadlineInSeconds": deadline, "step": v.step, "reason": v.reason, "source": v.config,
+                })
+            })
+            .collect();
+        serde_json::json!({ "pods": pods })
+    }
 }
 
 /// Runs the agent until `cancel` fires.
@@ -65,17 +153,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     if cfg.kube.is_none() && cfg.pod_manifest_path.is_none() {
         return Err(AgentError::NoSource);
     }
-    let runtime = CriClient::new(&cfg.runtime)?;
-    match runtime.version().await {
-        Ok(v) => tracing::info!(
-            runtime = %v.runtime_name,
-            version = %v.runtime_version,
-            api = %v.runtime_api_version,
-            "container runtime connected"
+    let listener = match cfg.metrics_bind_address {
+        Some(address) => Some(
+            tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| AgentError::Listen { address, source })?,
         ),
-        // not fatal: calls are retried, and pods are only touched through successful calls
-        Err(e) => tracing::warn!(err = %e, "container runtime not answering yet"),
-    }
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new());
+    let runtime = CriClient::new(&cfg.runtime)?.with_metrics(metrics.clone());
+    let runtime_ok = Arc::new(AtomicBool::new(false));
     let naming = CgroupNaming::new(cfg.cgroup_driver, &cfg.cgroup_root)?;
     let cgroups =
         CgroupManager::from_mountinfo(&cfg.pipeline.mountinfo, naming).map_err(|source| {
@@ -85,7 +173,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             }
         })?;
     let (events, events_rx) = EventSink::channel(256);
+    let events_for_state = events.clone();
     let tracker = TaskTracker::new();
+    let tracker_runtime = runtime.clone();
     let workers = PodWorkers::new(
         Arc::new(runtime),
         cgroups,
@@ -103,6 +193,33 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         sources.push(file_source::SOURCE);
     }
     workers.expect_sources(&sources);
+    workers.set_metrics(metrics.clone());
+    {
+        // readiness needs one answer from the runtime; keep asking until it comes
+        let (ok, cancel) = (runtime_ok.clone(), cancel.clone());
+        tracker.spawn(async move {
+            loop {
+                match tracker_runtime.version().await {
+                    Ok(v) => {
+                        tracing::info!(
+                            runtime = %v.runtime_name,
+                            version = %v.runtime_version,
+                            api = %v.runtime_api_version,
+                            "container runtime connected"
+                        );
+                        ok.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    // not fatal: pods are only ever touched through successful calls
+                    Err(e) => tracing::warn!(err = %e, "container runtime not answering yet"),
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+    }
 
     if let Some(kc) = cfg.kube.clone() {
         let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
@@ -110,6 +227,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             client.clone(),
             Arc::new(RateLimiter::new(cfg.api_qps, cfg.api_burst)),
             cfg.status_resync,
+            Some(metrics.clone()),
         );
         workers.set_status_sink(Arc::new(status.clone()));
         tracker.spawn(status.clone().run(cancel.clone()));
@@ -150,10 +268,35 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         ));
     }
     tracker.spawn(workers.clone().run_housekeeping());
+    let live = Arc::new(Live {
+        workers: workers.clone(),
+        metrics: metrics.clone(),
+        runtime_ok,
+        events: events_for_state,
+        dropped_seen: AtomicU64::new(0),
+        liveness_bound: cfg
+            .watchdog
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_secs(30)),
+    });
+    if let Some(l) = listener {
+        tracing::info!(address = ?l.local_addr().ok(), "status endpoint listening");
+        tracker.spawn(server::serve(l, live.clone(), cancel.clone()));
+    }
+    let notifier = Notifier::new(cfg.notify_socket.clone());
+    if notifier.enabled() {
+        tracker.spawn(notify_loop(
+            notifier,
+            live.clone(),
+            cfg.watchdog,
+            cancel.clone(),
+        ));
+    }
     tracing::info!(node = %cfg.node_name, sources = ?sources, "reaplet running");
 
     cancel.cancelled().await;
     tracing::info!("stopping: pods are left running; the next start resumes");
+    Notifier::new(cfg.notify_socket.clone()).notify("STOPPING=1");
     tracker.close();
     if tokio::time::timeout(cfg.shutdown_timeout, tracker.wait())
         .await
@@ -162,4 +305,71 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         tracing::warn!(timeout = ?cfg.shutdown_timeout, "tasks did not stop in time; abandoning them");
     }
     Ok(())
+}
+
+/// READY once the runtime answered and every source listed; STATUS with pods by state;
+/// WATCHDOG only while housekeeping (the main loop) keeps running.
+async fn notify_loop<R: Runtime>(
+    notifier: Notifier,
+    live: Arc<Live<R>>,
+    watchdog: Option<Duration>,
+    cancel: CancellationToken,
+) {
+    let tick = watchdog.map_or(Duration::from_secs(5), |w| {
+        (w / 2).min(Duration::from_secs(5))
+    });
+    let mut ready_sent = false;
+    let mut last_status = String::new();
+    loop {
+        let mut msg = Vec::new();
+        if !ready_sent && live.ready().is_ok() {
+            msg.push("READY=1".to_string());
+            ready_sent = true;
+        }
+        let status = live.summary();
+        if status != last_status {
+            msg.push(format!("STATUS={status}"));
+            last_status = status;
+        }
+        if watchdog.is_some() && live.live().is_ok() {
+            msg.push("WATCHDOG=1".into());
+        }
+        if !msg.is_empty() {
+            notifier.notify(&msg.join("\n"));
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(if ready_sent { tick } else { Duration::from_millis(100) }) => {}
+        }
+    }
+}
+
+/// The cgroup driver when none is configured: the runtime's own (`RuntimeConfig`), else what
+/// existing pod cgroups use, else the host's init (systemd → systemd). Returns how it was found.
+pub async fn detect_cgroup_driver(
+    runtime: &CriClient,
+    hierarchies: &[crate::cgroups::Hierarchy],
+    host_runs_systemd: bool,
+) -> (CgroupDriver, &'static str) {
+    match runtime.cgroup_driver().await {
+        Ok(Some(d)) => return (d, "from the runtime"),
+        Ok(None) => {}
+        Err(e) => tracing::debug!(err = %e, "runtime config unavailable"),
+    }
+    for h in hierarchies {
+        if h.mount_point.join("kubepods.slice").is_dir() {
+            return (CgroupDriver::Systemd, "from existing pod cgroups");
+        }
+        if h.mount_point.join("kubepods").is_dir() {
+            return (CgroupDriver::Cgroupfs, "from existing pod cgroups");
+        }
+    }
+    if host_runs_systemd {
+        (CgroupDriver::Systemd, "from the host (systemd is init)")
+    } else {
+        (
+            CgroupDriver::Cgroupfs,
+            "from the host (systemd is not init)",
+        )
+    }
 }

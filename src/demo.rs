@@ -143,6 +143,9 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
             ..PipelineConfig::default()
         },
         shutdown_timeout: Duration::from_secs(5),
+        metrics_bind_address: None,
+        notify_socket: None,
+        watchdog: None,
     };
     let agent_started = wall_ns();
     let agent = tokio::spawn(agent::run(agent_cfg, cancel.clone()));

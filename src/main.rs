@@ -1,14 +1,17 @@
-//! reaplet's binary: parses the command line and runs the library. The only place that reads
-//! argv or the environment, and the only user of anyhow.
+//! reaplet's binary: reads argv, the environment and the config file, and runs the library.
+//! The only place that reads argv or the environment, and the only user of anyhow.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use reaplet::cgroups::CgroupDriver;
+use reaplet::config::{self, LogFormat, RawSettings, Settings};
 use reaplet::cri::CriConfig;
 use reaplet::workers::PipelineConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// Exit code for an invalid configuration (BSD `EX_USAGE`).
+const EXIT_CONFIG: i32 = 64;
 
 #[derive(Parser)]
 #[command(
@@ -23,77 +26,117 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the agent: watch this node's pods and end those that must stop.
+    Run(Flags),
+    /// Preflight: check the runtime, cgroups, root dir, API access and logind; exit 1 on a failure.
+    Check(Flags),
+    /// Show what a running agent sees (from its local status endpoint).
+    Pods(PodsArgs),
     /// Print the version.
     Version,
-    /// Run the agent: watch this node's pods and end those that must stop.
-    Run(RunArgs),
-    /// Demonstrate the termination pipeline on a private containerd (see scripts/demo.sh):
-    /// launches pods through CRI as the kubelet does, deletes them, and prints what happened.
+    /// Demonstrate the pipeline on a private containerd (see scripts/demo.sh).
     Demo(DemoArgs),
 }
 
-#[derive(clap::Args)]
-struct RunArgs {
-    /// kubeconfig for the API server; without it, the in-cluster service account is tried, and
-    /// without either reaplet runs from --pod-manifest-path alone.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
+/// Settings: flags > environment (REAPLET_*) > --config file > defaults.
+#[derive(clap::Args, Default)]
+struct Flags {
+    /// YAML config file (the same settings in camelCase, as in KubeletConfiguration).
+    #[arg(long, env = "REAPLET_CONFIG")]
+    config: Option<PathBuf>,
+    /// kubeconfig for the API server (else the in-cluster service account).
+    #[arg(long, env = "REAPLET_KUBECONFIG")]
+    kubeconfig: Option<String>,
     /// The node name (default: the host name).
-    #[arg(long)]
+    #[arg(long, env = "REAPLET_HOSTNAME_OVERRIDE")]
     hostname_override: Option<String>,
-    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
-    container_runtime_endpoint: String,
-    /// Deadline of every CRI call (StopContainer: this plus the grace).
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
-    runtime_request_timeout: Duration,
-    #[arg(long, default_value = "/var/lib/kubelet")]
-    root_dir: PathBuf,
-    #[arg(long, value_enum, default_value = "cgroupfs")]
-    cgroup_driver: Driver,
-    #[arg(long, default_value = "/")]
-    cgroup_root: String,
-    /// Directory of static pod manifests (YAML or JSON).
-    #[arg(long)]
-    pod_manifest_path: Option<PathBuf>,
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    file_check_frequency: Duration,
-    /// API write requests per second (status, delete).
-    #[arg(long, default_value_t = 100.0)]
-    kube_api_qps: f64,
-    #[arg(long, default_value_t = 200)]
-    kube_api_burst: u32,
-    #[arg(long, default_value_t = 10.0)]
-    event_qps: f64,
-    #[arg(long, default_value_t = 50)]
-    event_burst: u32,
+    /// CRI endpoint (default unix:///run/containerd/containerd.sock).
+    #[arg(long, env = "REAPLET_CONTAINER_RUNTIME_ENDPOINT")]
+    container_runtime_endpoint: Option<String>,
+    /// Deadline of every CRI call; StopContainer gets this plus the grace (default 2m).
+    #[arg(long, env = "REAPLET_RUNTIME_REQUEST_TIMEOUT")]
+    runtime_request_timeout: Option<String>,
+    /// Default /var/lib/kubelet.
+    #[arg(long, env = "REAPLET_ROOT_DIR")]
+    root_dir: Option<String>,
+    /// cgroupfs or systemd (default: detected from the runtime, then the host).
+    #[arg(long, env = "REAPLET_CGROUP_DRIVER")]
+    cgroup_driver: Option<String>,
+    /// Default /.
+    #[arg(long, env = "REAPLET_CGROUP_ROOT")]
+    cgroup_root: Option<String>,
+    /// Directory of static pod manifests.
+    #[arg(long, env = "REAPLET_POD_MANIFEST_PATH")]
+    pod_manifest_path: Option<String>,
+    /// Default 1s.
+    #[arg(long, env = "REAPLET_FILE_CHECK_FREQUENCY")]
+    file_check_frequency: Option<String>,
+    /// API write requests per second (default 100).
+    #[arg(long, env = "REAPLET_KUBE_API_QPS")]
+    kube_api_qps: Option<String>,
+    /// Default 200.
+    #[arg(long, env = "REAPLET_KUBE_API_BURST")]
+    kube_api_burst: Option<String>,
+    /// Events per second (default 10).
+    #[arg(long, env = "REAPLET_EVENT_QPS")]
+    event_qps: Option<String>,
+    /// Default 50.
+    #[arg(long, env = "REAPLET_EVENT_BURST")]
+    event_burst: Option<String>,
+    /// Status endpoint: /metrics, /healthz, /readyz, /pods (default 127.0.0.1:10258).
+    #[arg(long, env = "REAPLET_METRICS_BIND_ADDRESS")]
+    metrics_bind_address: Option<String>,
+    /// auto, text, json or journald (default auto: journald under systemd, else text).
+    #[arg(long, env = "REAPLET_LOG_FORMAT")]
+    log_format: Option<String>,
+    /// How long the terminated stage waits for volumes to be unmounted (default 2m3s).
+    #[arg(long, env = "REAPLET_VOLUME_UNMOUNT_TIMEOUT")]
+    volume_unmount_timeout: Option<String>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Driver {
-    Cgroupfs,
-    Systemd,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.trim().split_at(
-        s.trim()
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.trim().len()),
-    );
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s, 2m"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "" | "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("{s:?} is out of range"));
+impl Flags {
+    fn raw(&self) -> RawSettings {
+        RawSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            hostname_override: self.hostname_override.clone(),
+            container_runtime_endpoint: self.container_runtime_endpoint.clone(),
+            runtime_request_timeout: self.runtime_request_timeout.clone(),
+            root_dir: self.root_dir.clone(),
+            cgroup_driver: self.cgroup_driver.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+            pod_manifest_path: self.pod_manifest_path.clone(),
+            file_check_frequency: self.file_check_frequency.clone(),
+            kube_api_qps: self.kube_api_qps.clone(),
+            kube_api_burst: self.kube_api_burst.clone(),
+            event_qps: self.event_qps.clone(),
+            event_burst: self.event_burst.clone(),
+            metrics_bind_address: self.metrics_bind_address.clone(),
+            log_format: self.log_format.clone(),
+            volume_unmount_timeout: self.volume_unmount_timeout.clone(),
+        }
     }
-    Ok(Duration::from_secs_f64(secs))
+
+    /// Resolves and validates; an invalid value exits 64 naming the field.
+    fn settings(&self) -> Settings {
+        let file = match &self.config {
+            Some(p) => RawSettings::from_file(p),
+            None => Ok(RawSettings::default()),
+        };
+        match file.and_then(|f| config::resolve(self.raw().over(f))) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("reaplet: {e}");
+                std::process::exit(EXIT_CONFIG);
+            }
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct PodsArgs {
+    /// The agent's status endpoint.
+    #[arg(long, env = "REAPLET_METRICS_BIND_ADDRESS", default_value = config::DEFAULT_METRICS_ADDRESS)]
+    address: std::net::SocketAddr,
 }
 
 #[derive(clap::Args)]
@@ -106,38 +149,99 @@ struct DemoArgs {
     cgroup_root: String,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Version => {
-            println!("reaplet {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("reaplet: starting the async runtime: {e}");
+            std::process::exit(1);
         }
-        Command::Run(args) => {
-            init_logs();
-            run(args).await
+    };
+    let r = rt.block_on(async move {
+        match cli.command {
+            Command::Version => {
+                println!("reaplet {}", env!("CARGO_PKG_VERSION"));
+                Ok(0)
+            }
+            Command::Run(flags) => {
+                let s = flags.settings();
+                init_logs(s.log_format);
+                run(s).await.map(|()| 0)
+            }
+            Command::Check(flags) => {
+                let s = flags.settings();
+                check(s).await
+            }
+            Command::Pods(args) => pods(args).await.map(|()| 0),
+            Command::Demo(args) => {
+                init_logs(LogFormat::Auto);
+                demo(args).await.map(|()| 0)
+            }
         }
-        Command::Demo(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "reaplet=info".into()),
-                )
-                .with_writer(std::io::stderr)
-                .init();
-            demo(args).await
+    });
+    match r {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("reaplet: {e:#}");
+            std::process::exit(1);
         }
     }
 }
 
-fn init_logs() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+/// Writes `<N>` syslog level prefixes (journald reads them from stderr), then the event.
+struct JournaldFormat(
+    tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Full, ()>,
+);
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for JournaldFormat
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let prio = match *event.metadata().level() {
+            tracing::Level::ERROR => 3,
+            tracing::Level::WARN => 4,
+            tracing::Level::INFO => 6,
+            _ => 7,
+        };
+        write!(writer, "<{prio}>")?;
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let format = match format {
+        LogFormat::Auto if std::env::var_os("JOURNAL_STREAM").is_some() => LogFormat::Journald,
+        LogFormat::Auto => LogFormat::Text,
+        f => f,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Journald => builder
+            .with_ansi(false)
+            .event_format(JournaldFormat(
+                tracing_subscriber::fmt::format().without_time(),
+            ))
+            .init(),
+        _ => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 fn host_name() -> Result<String> {
@@ -146,48 +250,73 @@ fn host_name() -> Result<String> {
     Ok(h.trim().to_lowercase())
 }
 
-async fn run(args: RunArgs) -> Result<()> {
-    let positive = |v: f64| v.is_finite() && v > 0.0;
-    if !positive(args.kube_api_qps) || !positive(args.event_qps) {
-        bail!("--kube-api-qps and --event-qps must be positive");
+fn node_name(s: &Settings) -> Result<String> {
+    match &s.hostname_override {
+        Some(n) => Ok(n.clone()),
+        None => host_name(),
     }
-    let node_name = match args.hostname_override {
-        Some(n) if !n.trim().is_empty() => n.trim().to_lowercase(),
-        Some(_) => bail!("--hostname-override must not be empty"),
-        None => host_name()?,
+}
+
+/// The API client configuration, or `None` for static manifests only.
+async fn kube_config(s: &Settings) -> Result<Option<kube::Config>, String> {
+    match reaplet::api::client_config(s.kubeconfig.as_deref()).await {
+        Ok(c) => Ok(Some(c)),
+        Err(reaplet::api::ApiError::NoCredentials(_)) if s.pod_manifest_path.is_some() => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn run(s: Settings) -> Result<()> {
+    let node_name = node_name(&s)?;
+    let kube = kube_config(&s).await.map_err(anyhow::Error::msg)?;
+    if kube.is_none() {
+        tracing::info!("no API credentials: running from the manifest directory alone");
+    }
+    let runtime = CriConfig {
+        endpoint: s.container_runtime_endpoint.clone(),
+        request_timeout: s.runtime_request_timeout,
     };
-    let kube = match reaplet::api::client_config(args.kubeconfig.as_deref()).await {
-        Ok(c) => Some(c),
-        Err(reaplet::api::ApiError::NoCredentials(e)) if args.pod_manifest_path.is_some() => {
-            tracing::info!(reason = %e, "no API credentials: running from the manifest directory alone");
-            None
+    let cgroup_driver = match s.cgroup_driver {
+        Some(d) => d,
+        None => {
+            let client = reaplet::cri::CriClient::new(&runtime)?;
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let h = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
+            let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+            let (d, how) = reaplet::agent::detect_cgroup_driver(&client, &h, systemd).await;
+            tracing::info!(driver = ?d, how, "cgroup driver detected");
+            d
         }
-        Err(e) => return Err(e.into()),
     };
+    let watchdog = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|_| {
+            std::env::var("WATCHDOG_PID").map_or(true, |p| p == std::process::id().to_string())
+        })
+        .map(Duration::from_micros);
     let cfg = reaplet::agent::AgentConfig {
         node_name,
-        runtime: CriConfig {
-            endpoint: args.container_runtime_endpoint,
-            request_timeout: args.runtime_request_timeout,
-        },
-        cgroup_driver: match args.cgroup_driver {
-            Driver::Cgroupfs => CgroupDriver::Cgroupfs,
-            Driver::Systemd => CgroupDriver::Systemd,
-        },
-        cgroup_root: args.cgroup_root,
-        pod_manifest_path: args.pod_manifest_path,
-        file_check_frequency: args.file_check_frequency,
+        runtime,
+        cgroup_driver,
+        cgroup_root: s.cgroup_root,
+        pod_manifest_path: s.pod_manifest_path,
+        file_check_frequency: s.file_check_frequency,
         kube,
-        api_qps: args.kube_api_qps,
-        api_burst: args.kube_api_burst,
-        event_qps: args.event_qps,
-        event_burst: args.event_burst,
+        api_qps: s.kube_api_qps,
+        api_burst: s.kube_api_burst,
+        event_qps: s.event_qps,
+        event_burst: s.event_burst,
         status_resync: Duration::from_secs(10),
         pipeline: PipelineConfig {
-            root_dir: args.root_dir,
+            root_dir: s.root_dir,
+            volume_wait: s.volume_unmount_timeout,
             ..PipelineConfig::default()
         },
         shutdown_timeout: Duration::from_secs(5),
+        metrics_bind_address: Some(s.metrics_bind_address),
+        notify_socket: std::env::var("NOTIFY_SOCKET").ok(),
+        watchdog,
     };
     let cancel = CancellationToken::new();
     let stopper = cancel.clone();
@@ -207,6 +336,56 @@ async fn run(args: RunArgs) -> Result<()> {
         stopper.cancel();
     });
     reaplet::agent::run(cfg, cancel).await?;
+    Ok(())
+}
+
+async fn check(s: Settings) -> Result<i32> {
+    let node = node_name(&s)?;
+    let kube = kube_config(&s).await;
+    let lines = reaplet::check::run(&s, &node, kube, &reaplet::check::HostPaths::default()).await;
+    println!("{:<17} {:<5} DETAIL", "CHECK", "");
+    let mut failed = false;
+    for l in &lines {
+        failed |= l.outcome == reaplet::check::Outcome::Fail;
+        println!("{:<17} {:<5} {}", l.check, l.outcome.as_str(), l.detail);
+    }
+    Ok(if failed { 1 } else { 0 })
+}
+
+async fn pods(args: PodsArgs) -> Result<()> {
+    let (code, body) = reaplet::server::fetch(args.address, "/pods")
+        .await
+        .with_context(|| {
+            format!(
+                "no agent answering on {} (is reaplet running?)",
+                args.address
+            )
+        })?;
+    if code != 200 {
+        bail!("{}: HTTP {code}", args.address);
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).context("reading the agent's answer")?;
+    println!(
+        "{:<40} {:<12} {:>6} {:>9} {:<8} STEP",
+        "POD", "STATE", "GRACE", "DEADLINE", "SOURCE"
+    );
+    for p in v["pods"].as_array().into_iter().flatten() {
+        let deadline = p["deadlineInSeconds"]
+            .as_f64()
+            .map_or("-".to_string(), |d| format!("{d:.1}s"));
+        let grace = p["gracePeriod"]
+            .as_i64()
+            .map_or("-".to_string(), |g| format!("{g}s"));
+        println!(
+            "{:<40} {:<12} {:>6} {:>9} {:<8} {}",
+            p["pod"].as_str().unwrap_or(""),
+            p["state"].as_str().unwrap_or(""),
+            grace,
+            deadline,
+            p["source"].as_str().unwrap_or(""),
+            p["step"].as_str().unwrap_or("")
+        );
+    }
     Ok(())
 }
 

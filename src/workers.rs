@@ -22,6 +22,7 @@ use crate::events::{EventReason, EventSink, PodEvent};
 use crate::grace;
 use crate::kill::{self, KillMemory};
 use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine};
+use crate::metrics::Metrics;
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
 use crate::status::ContainerFinal;
 use crate::volumes;
@@ -67,7 +68,7 @@ impl Default for PipelineConfig {
             volume_poll: Duration::from_millis(200),
             volume_wait: Duration::from_secs(123),
             relist_period: Duration::from_secs(1),
-            relist_period_with_events: Duration::from_secs(30),
+            relist_period_with_events: Duration::from_secs(10),
             exceeded_grace_slack: Duration::from_secs(10),
         }
     }
@@ -117,6 +118,8 @@ pub struct PodView {
     pub deadline: Option<Instant>,
     pub step: &'static str,
     pub reason: Option<&'static str>,
+    /// Where the pod came from: `api`, `file` (static) or `runtime` (orphan).
+    pub config: &'static str,
 }
 
 #[derive(Default)]
@@ -204,6 +207,10 @@ struct Inner<R> {
     registry: Mutex<Registry>,
     relist_now: Notify,
     status: OnceLock<Arc<dyn StatusSink>>,
+    metrics: OnceLock<Arc<Metrics>>,
+    /// Housekeeping's last pass (ms since `started`), for the watchdog.
+    heartbeat: std::sync::atomic::AtomicU64,
+    started: Instant,
 }
 
 /// The pipeline: pod workers plus housekeeping. Cheap to clone.
@@ -243,8 +250,45 @@ impl<R: Runtime> PodWorkers<R> {
                 registry: Mutex::default(),
                 relist_now: Notify::new(),
                 status: OnceLock::new(),
+                metrics: OnceLock::new(),
+                heartbeat: std::sync::atomic::AtomicU64::new(0),
+                started: Instant::now(),
             }),
         }
+    }
+
+    /// Connects the metrics. Call before feeding pods; a second call is ignored.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.inner.metrics.set(metrics);
+    }
+
+    /// Every source has delivered a complete list (orphans are being judged).
+    pub fn is_synced(&self) -> bool {
+        self.registry().synced_at.is_some()
+    }
+
+    /// How long ago housekeeping last completed a pass (the main loop's liveness).
+    pub fn since_heartbeat(&self) -> Duration {
+        let beat = self
+            .inner
+            .heartbeat
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(beat))
+    }
+
+    /// Counts pods by (lifecycle, source) into the working-pods gauges.
+    pub fn update_gauges(&self) {
+        let Some(m) = self.inner.metrics.get() else {
+            return;
+        };
+        let mut counts: HashMap<(&'static str, &'static str), i64> = HashMap::new();
+        for v in self.snapshot() {
+            *counts.entry((v.state, v.config)).or_default() += 1;
+        }
+        m.set_working_pods(&counts);
     }
 
     /// Connects the status manager. Call before feeding pods; a second call is ignored.
@@ -382,6 +426,7 @@ impl<R: Runtime> PodWorkers<R> {
                     deadline: None,
                     step: "running",
                     reason: None,
+                    config: source_of(p),
                 });
             }
         }
@@ -395,6 +440,11 @@ impl<R: Runtime> PodWorkers<R> {
     }
 
     fn spawn_worker(&self, pod: PodInfo) -> Worker {
+        let config = source_of(&pod);
+        self.spawn_worker_from(pod, config)
+    }
+
+    fn spawn_worker_from(&self, pod: PodInfo, config: &'static str) -> Worker {
         let mailbox = Arc::new(Mailbox::default());
         let view = Arc::new(Mutex::new(PodView {
             uid: pod.uid.clone(),
@@ -404,6 +454,7 @@ impl<R: Runtime> PodWorkers<R> {
             deadline: None,
             step: "starting",
             reason: None,
+            config,
         }));
         let span = tracing::info_span!("pod_worker", pod = %pod.key(), podUID = %pod.uid);
         let task = worker_loop(self.inner.clone(), mailbox.clone(), view.clone(), pod);
@@ -446,6 +497,10 @@ impl<R: Runtime> PodWorkers<R> {
             if let Err(e) = self.relist().await {
                 tracing::warn!(err = %e, "runtime relist failed");
             }
+            let beat = self.inner.started.elapsed().as_millis() as u64;
+            self.inner
+                .heartbeat
+                .store(beat, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -491,7 +546,10 @@ impl<R: Runtime> PodWorkers<R> {
                     None if alive => {
                         let info = PodInfo::from_runtime(uid, sbs, cs);
                         tracing::info!(pod = %info.key(), podUID = %uid, "orphaned runtime pod found");
-                        let w = self.spawn_worker(info);
+                        if let Some(m) = self.inner.metrics.get() {
+                            m.orphaned_runtime_pods.inc();
+                        }
+                        let w = self.spawn_worker_from(info, "runtime");
                         w.mailbox.send_kill(KillRequest {
                             grace_override: Some(grace::ORPHAN_GRACE),
                             reason: KillReason::Orphan,
@@ -585,6 +643,10 @@ fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
         })
 }
 
+fn source_of(pod: &PodInfo) -> &'static str {
+    if pod.static_pod { "file" } else { "api" }
+}
+
 fn wall_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -634,6 +696,8 @@ async fn worker_loop<R: Runtime>(
     let mut notices: Vec<oneshot::Sender<()>> = Vec::new();
     let mut step_name: &'static str = "waiting";
     let mut finals: Vec<ContainerFinal> = Vec::new();
+    let metrics = inner.metrics.get().cloned();
+    let mut phase_started = Instant::now();
     loop {
         let mut inputs: Vec<Input> = Vec::new();
         tokio::select! {
@@ -708,6 +772,32 @@ async fn worker_loop<R: Runtime>(
             let before = m.lifecycle.name();
             let effects = lifecycle::step(&mut m, input, Instant::now());
             if m.lifecycle.name() != before {
+                let now = Instant::now();
+                if let Some(mx) = &metrics {
+                    match (before, m.lifecycle.name()) {
+                        ("sync", "terminating") if m.reason == Some(KillReason::Deleted) => {
+                            mx.termination_started(&pod.uid)
+                        }
+                        ("terminating", "terminated") => {
+                            let took = now - phase_started;
+                            mx.stage("kill", took);
+                            mx.pod_worker_duration
+                                .get_or_create(&crate::metrics::OpLabel {
+                                    operation_type: "terminating",
+                                })
+                                .observe(took.as_secs_f64());
+                        }
+                        ("terminated", "finished") => {
+                            mx.pod_worker_duration
+                                .get_or_create(&crate::metrics::OpLabel {
+                                    operation_type: "terminated",
+                                })
+                                .observe((now - phase_started).as_secs_f64());
+                        }
+                        _ => {}
+                    }
+                }
+                phase_started = now;
                 tracing::info!(
                     from = before,
                     to = m.lifecycle.name(),
@@ -765,6 +855,7 @@ async fn worker_loop<R: Runtime>(
                             CleanupStage::Cgroup => "removing pod cgroup",
                         };
                         cleanup_fut = Some(Box::pin(async move {
+                            let t = Instant::now();
                             let r = match stage {
                                 CleanupStage::Volumes => volumes::wait_unmounted(
                                     &inner.config.root_dir,
@@ -788,6 +879,22 @@ async fn worker_loop<R: Runtime>(
                                     })
                                     .map_err(CleanupError::from),
                             };
+                            if r.is_ok()
+                                && let Some(mx) = inner.metrics.get()
+                            {
+                                let took = t.elapsed();
+                                match stage {
+                                    CleanupStage::Volumes => mx.stage("volumes", took),
+                                    CleanupStage::Cgroup => {
+                                        mx.stage("cgroup", took);
+                                        mx.cgroup_manager_duration
+                                            .get_or_create(&crate::metrics::OpLabel {
+                                                operation_type: "destroy",
+                                            })
+                                            .observe(took.as_secs_f64());
+                                    }
+                                }
+                            }
                             (stage, r)
                         }));
                     }

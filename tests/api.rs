@@ -64,6 +64,9 @@ impl ApiHarness {
                 ..PipelineConfig::default()
             },
             shutdown_timeout: Duration::from_secs(5),
+            metrics_bind_address: None,
+            notify_socket: None,
+            watchdog: None,
         }
     }
 
@@ -407,6 +410,7 @@ fn spawn_reaplet(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
         .args(["--hostname-override", NODE])
         .args(["--container-runtime-endpoint", &h.tb.endpoint()])
         .args(["--cgroup-root", &h.tb.cgroup_root])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
         .arg("--root-dir")
         .arg(h.root.path().join("kubelet"))
         .args(extra)

@@ -72,6 +72,7 @@ impl Entry {
 }
 
 struct Inner {
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     client: kube::Client,
     limiter: Arc<RateLimiter>,
     resync: Duration,
@@ -95,9 +96,15 @@ enum Outcome {
 
 impl StatusManager {
     /// `resync`: the kubelet's 10 s status resync.
-    pub fn new(client: kube::Client, limiter: Arc<RateLimiter>, resync: Duration) -> Self {
+    pub fn new(
+        client: kube::Client,
+        limiter: Arc<RateLimiter>,
+        resync: Duration,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                metrics,
                 client,
                 limiter,
                 resync,
@@ -123,9 +130,12 @@ impl StatusManager {
         }
     }
 
-    /// The pod object is gone: nothing more to send for it.
+    /// The pod object is gone: nothing more to send for it (and the SLI ends, whoever removed it).
     pub fn forget(&self, uid: &PodUid) {
         self.entries().remove(uid);
+        if let Some(m) = &self.inner.metrics {
+            m.termination_finished(uid);
+        }
     }
 
     /// Pods still being worked on.
@@ -196,15 +206,23 @@ impl StatusManager {
             } else {
                 self.inner.limiter.acquire().await;
                 let body = status::status_patch(uid.as_str(), st, &status::now_rfc3339());
-                match api
+                let t = Instant::now();
+                let r = api
                     .patch_status(
                         &entry.name,
                         &PatchParams::default(),
                         &Patch::Strategic(body),
                     )
-                    .await
-                {
+                    .await;
+                if let Some(m) = &self.inner.metrics {
+                    m.pod_status_sync_duration
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                match r {
                     Ok(pod) => {
+                        if let Some(m) = &self.inner.metrics {
+                            m.stage("status", t.elapsed());
+                        }
                         let phase = pod
                             .status
                             .as_ref()
@@ -241,7 +259,15 @@ impl StatusManager {
             }),
             ..DeleteParams::default()
         };
-        match api.delete(&entry.name, &dp).await {
+        let t = Instant::now();
+        let r = api.delete(&entry.name, &dp).await;
+        if r.is_ok()
+            && let Some(m) = &self.inner.metrics
+        {
+            m.stage("delete", t.elapsed());
+            m.termination_finished(uid);
+        }
+        match r {
             Ok(_) => tracing::info!("pod object deleted"),
             Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
                 tracing::info!(err = %err, "pod object already gone or replaced")

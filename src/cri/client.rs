@@ -14,6 +14,7 @@ pub struct CriClient {
     client: RuntimeServiceClient<Channel>,
     request_timeout: Duration,
     socket: PathBuf,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl CriClient {
@@ -35,7 +36,14 @@ impl CriClient {
             client: RuntimeServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
             request_timeout: config.request_timeout,
             socket,
+            metrics: None,
         })
+    }
+
+    /// Records every call in `metrics` (`runtime_operations*`).
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The socket this client dials.
@@ -57,7 +65,8 @@ impl CriClient {
     {
         let span = tracing::debug_span!("cri", op, id);
         let fut = f(self.client.clone(), timeout);
-        async move {
+        let started = tokio::time::Instant::now();
+        let r = async move {
             match tokio::time::timeout(timeout, fut).await {
                 Ok(Ok(resp)) => Ok(resp.into_inner()),
                 Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
@@ -76,7 +85,34 @@ impl CriClient {
             }
         }
         .instrument(span)
-        .await
+        .await;
+        if let Some(m) = &self.metrics {
+            // NotFound on a stop or status is an answer, not a runtime failure
+            let ok = r.as_ref().map_or_else(CriError::is_not_found, |_| true);
+            m.runtime_call(op, started.elapsed(), ok);
+        }
+        r
+    }
+
+    /// The runtime's cgroup driver (`RuntimeConfig`, CRI ≥ v1.28). `Ok(None)` when the runtime
+    /// does not implement the call (containerd 1.6).
+    pub async fn cgroup_driver(&self) -> Result<Option<crate::cgroups::CgroupDriver>, CriError> {
+        let r = self
+            .call("RuntimeConfig", "", self.request_timeout, |mut c, t| async move {
+                c.runtime_config(req(pb::RuntimeConfigRequest {}, t)).await
+            })
+            .await;
+        match r {
+            Ok(resp) => Ok(resp.linux.map(|l| {
+                if l.cgroup_driver == pb::CgroupDriver::Systemd as i32 {
+                    crate::cgroups::CgroupDriver::Systemd
+                } else {
+                    crate::cgroups::CgroupDriver::Cgroupfs
+                }
+            })),
+            Err(CriError::Unimplemented { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Raw access to the generated client, for the test bed (creating pods).

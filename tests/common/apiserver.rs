@@ -68,6 +68,8 @@ struct Store {
     events: Vec<Value>,
     history: VecDeque<WatchEvent>,
     uid_counter: u64,
+    /// (verb, resource[/subresource]) that SelfSubjectAccessReviews deny.
+    denied: Vec<(String, String)>,
 }
 
 #[derive(Default)]
@@ -374,6 +376,11 @@ impl ApiServer {
         self.store().events.clone()
     }
 
+    /// Makes SelfSubjectAccessReviews deny `verb` on `resource` (`pods/status` for a subresource).
+    pub fn deny(&self, verb: &str, resource: &str) {
+        self.store().denied.push((verb.into(), resource.into()));
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.log.lock().unwrap().clone()
@@ -584,6 +591,36 @@ fn route(
         ) => {
             state.store.lock().unwrap().events.push(body.clone());
             respond(201, body)
+        }
+        (
+            "POST",
+            [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews",
+            ],
+        ) => {
+            let a = &body["spec"]["resourceAttributes"];
+            let verb = a["verb"].as_str().unwrap_or("").to_owned();
+            let mut resource = a["resource"].as_str().unwrap_or("").to_owned();
+            if let Some(sub) = a["subresource"].as_str().filter(|s| !s.is_empty()) {
+                resource = format!("{resource}/{sub}");
+            }
+            let denied = state
+                .store
+                .lock()
+                .unwrap()
+                .denied
+                .iter()
+                .any(|(v, r)| *v == verb && *r == resource);
+            let mut out = body.clone();
+            out["status"] = if denied {
+                json!({"allowed": false, "reason": "denied by the test server"})
+            } else {
+                json!({"allowed": true})
+            };
+            respond(201, &out)
         }
         ("GET", ["api", "v1", "nodes"]) => list_or_watch(state, Kind::Node, None, query),
         ("GET", ["api", "v1", "nodes", name]) => match state.store.lock().unwrap().nodes.get(*name)

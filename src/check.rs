@@ -1,0 +1,286 @@
+//! `reaplet check`: a preflight of everything reaplet needs on this node (no kubelet
+//! counterpart; the kubelet fails at start-up instead). Each line passes, warns or fails; any
+//! failure makes the command exit non-zero.
+
+use crate::agent::detect_cgroup_driver;
+use crate::cgroups::{self, CgroupMode};
+use crate::config::Settings;
+use crate::cri::{CriClient, CriConfig, CriError, Runtime};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "PASS",
+            Outcome::Warn => "WARN",
+            Outcome::Fail => "FAIL",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub check: &'static str,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+fn line(check: &'static str, outcome: Outcome, detail: impl Into<String>) -> Line {
+    Line {
+        check,
+        outcome,
+        detail: detail.into(),
+    }
+}
+
+/// The API permissions reaplet needs: (verb, resource, subresource).
+pub const NEEDED: &[(&str, &str, &str)] = &[
+    ("list", "pods", ""),
+    ("watch", "pods", ""),
+    ("get", "pods", ""),
+    ("delete", "pods", ""),
+    ("patch", "pods", "status"),
+    ("create", "events", ""),
+];
+
+/// Where the host's facts are read (production: the real paths; tests: fixtures).
+pub struct HostPaths<'a> {
+    pub mountinfo: &'a Path,
+    /// `/run/systemd/system`: present when systemd is init.
+    pub systemd_run: &'a Path,
+    /// The system D-Bus socket logind is reached through.
+    pub dbus_socket: &'a Path,
+}
+
+impl Default for HostPaths<'static> {
+    fn default() -> Self {
+        HostPaths {
+            mountinfo: Path::new("/proc/self/mountinfo"),
+            systemd_run: Path::new("/run/systemd/system"),
+            dbus_socket: Path::new("/run/dbus/system_bus_socket"),
+        }
+    }
+}
+
+/// Runs every check. `kube`: the API client configuration, if any could be built (its error
+/// otherwise).
+pub async fn run(
+    settings: &Settings,
+    node: &str,
+    kube: Result<Option<kube::Config>, String>,
+    host: &HostPaths<'_>,
+) -> Vec<Line> {
+    let mut out = Vec::new();
+    // runtime
+    let client = CriClient::new(&CriConfig {
+        endpoint: settings.container_runtime_endpoint.clone(),
+        request_timeout: std::time::Duration::from_secs(5),
+    });
+    let runtime_up = match &client {
+        Err(e) => {
+            out.push(line("runtime", Outcome::Fail, e.to_string()));
+            None
+        }
+        Ok(c) => match c.version().await {
+            Ok(v) => {
+                out.push(line(
+                    "runtime",
+                    Outcome::Pass,
+                    format!(
+                        "{} reachable: {} {} (CRI {})",
+                        settings.container_runtime_endpoint,
+                        v.runtime_name,
+                        v.runtime_version,
+                        v.runtime_api_version
+                    ),
+                ));
+                Some(c.clone())
+            }
+            Err(e) => {
+                out.push(line(
+                    "runtime",
+                    Outcome::Fail,
+                    format!("{}: {e}", settings.container_runtime_endpoint),
+                ));
+                None
+            }
+        },
+    };
+    if let Some(c) = &runtime_up {
+        match c.container_events().await {
+            Ok(_) => out.push(line(
+                "container events",
+                Outcome::Pass,
+                "GetContainerEvents supported",
+            )),
+            Err(CriError::Unimplemented { .. }) => out.push(line(
+                "container events",
+                Outcome::Pass,
+                "GetContainerEvents not supported: runtime state is polled every 1s",
+            )),
+            Err(e) => out.push(line("container events", Outcome::Fail, e.to_string())),
+        }
+    }
+    // cgroups
+    let hierarchies = std::fs::read_to_string(host.mountinfo)
+        .map(|t| cgroups::hierarchies(&crate::volumes::parse_mountinfo(&t)))
+        .unwrap_or_default();
+    let mode = cgroups::mode(&hierarchies);
+    let mode_text = match mode {
+        CgroupMode::V1 => "v1",
+        CgroupMode::V2 => "v2",
+        CgroupMode::Hybrid => "hybrid (v1 and v2)",
+        CgroupMode::None => "none mounted",
+    };
+    let (driver, how) = match (settings.cgroup_driver, &runtime_up) {
+        (Some(d), _) => (d, "configured"),
+        (None, Some(c)) => detect_cgroup_driver(c, &hierarchies, host.systemd_run.is_dir()).await,
+        (None, None) => (
+            crate::cgroups::CgroupDriver::Cgroupfs,
+            "default (runtime unreachable)",
+        ),
+    };
+    out.push(line(
+        "cgroups",
+        if mode == CgroupMode::None {
+            Outcome::Fail
+        } else {
+            Outcome::Pass
+        },
+        format!(
+            "{mode_text}, {} hierarchies; driver {driver:?} ({how})",
+            hierarchies.len()
+        )
+        .to_lowercase(),
+    ));
+    // root dir
+    let probe = settings
+        .root_dir
+        .join(format!(".reaplet-check-{}", std::process::id()));
+    match std::fs::metadata(&settings.root_dir) {
+        Ok(m) if m.is_dir() => match std::fs::write(&probe, b"") {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&probe);
+                out.push(line(
+                    "root dir",
+                    Outcome::Pass,
+                    format!("{} present and writable", settings.root_dir.display()),
+                ));
+            }
+            Err(e) => out.push(line(
+                "root dir",
+                Outcome::Fail,
+                format!("{} not writable: {e}", settings.root_dir.display()),
+            )),
+        },
+        Ok(_) => out.push(line(
+            "root dir",
+            Outcome::Fail,
+            format!("{} is not a directory", settings.root_dir.display()),
+        )),
+        Err(e) => out.push(line(
+            "root dir",
+            Outcome::Fail,
+            format!("{}: {e}", settings.root_dir.display()),
+        )),
+    }
+    if let Some(dir) = &settings.pod_manifest_path {
+        if dir.is_dir() {
+            out.push(line(
+                "manifests",
+                Outcome::Pass,
+                format!("{} present", dir.display()),
+            ));
+        } else {
+            out.push(line(
+                "manifests",
+                Outcome::Fail,
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+    }
+    // API
+    match kube {
+        Err(e) => out.push(line("kubeconfig", Outcome::Fail, e)),
+        Ok(None) if settings.pod_manifest_path.is_some() => out.push(line(
+            "kubeconfig",
+            Outcome::Pass,
+            "none: static manifests only",
+        )),
+        Ok(None) => out.push(line(
+            "kubeconfig",
+            Outcome::Fail,
+            "no kubeconfig, no in-cluster config, no --pod-manifest-path",
+        )),
+        Ok(Some(cfg)) => out.push(api_check(cfg, node).await),
+    }
+    // logind
+    let logind = host.systemd_run.is_dir()
+        && std::os::unix::net::UnixStream::connect(host.dbus_socket).is_ok();
+    out.push(if logind {
+        line("logind", Outcome::Pass, format!("reachable through {}", host.dbus_socket.display()))
+    } else {
+        line("logind", Outcome::Warn, "not reachable (systemd is not init, or no system D-Bus): needed only for graceful node shutdown")
+    });
+    out
+}
+
+async fn api_check(cfg: kube::Config, node: &str) -> Line {
+    let url = cfg.cluster_url.to_string();
+    let client = match kube::Client::try_from(cfg) {
+        Ok(c) => c,
+        Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
+    let mut denied = Vec::new();
+    for (verb, resource, sub) in NEEDED {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some((*verb).into()),
+                    resource: Some((*resource).into()),
+                    subresource: (!sub.is_empty()).then(|| (*sub).into()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        match api.create(&PostParams::default(), &review).await {
+            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) => denied.push(if sub.is_empty() {
+                format!("{verb} {resource}")
+            } else {
+                format!("{verb} {resource}/{sub}")
+            }),
+            Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
+        }
+    }
+    if denied.is_empty() {
+        line(
+            "kubeconfig",
+            Outcome::Pass,
+            format!(
+                "{url}: permitted to {} (node {node})",
+                NEEDED.len().to_string() + " needed verbs"
+            ),
+        )
+    } else {
+        line(
+            "kubeconfig",
+            Outcome::Fail,
+            format!("{url}: not permitted: {}", denied.join(", ")),
+        )
+    }
+}

@@ -1,0 +1,453 @@
+//! The binary as an operator meets it: configuration errors (exit 64, the field named),
+//! `reaplet check`, the status endpoint and its metrics, SIGTERM never killing pods, and the
+//! systemd unit. Privileged: runs containerd (needs root).
+
+mod common;
+
+use common::apiserver::ApiServer;
+use common::*;
+use reaplet::cri::Runtime;
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("REAPLET_") || k.starts_with("KUBERNETES_SERVICE") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// (flag, file key, invalid value)
+const INVALID: &[(&str, &str, &str)] = &[
+    ("--kubeconfig", "kubeconfig", "relative/kubeconfig"),
+    ("--hostname-override", "hostnameOverride", "Not_A_Node!"),
+    (
+        "--container-runtime-endpoint",
+        "containerRuntimeEndpoint",
+        "tcp://10.0.0.1:1234",
+    ),
+    ("--runtime-request-timeout", "runtimeRequestTimeout", "soon"),
+    ("--root-dir", "rootDir", "var/lib/kubelet"),
+    ("--cgroup-driver", "cgroupDriver", "openrc"),
+    ("--cgroup-root", "cgroupRoot", "../escape"),
+    ("--pod-manifest-path", "podManifestPath", "manifests"),
+    ("--file-check-frequency", "fileCheckFrequency", "1ns"),
+    ("--kube-api-qps", "kubeAPIQPS", "-3"),
+    ("--kube-api-burst", "kubeAPIBurst", "0"),
+    ("--event-qps", "eventRecordQPS", "many"),
+    ("--event-burst", "eventBurst", "-1"),
+    ("--metrics-bind-address", "metricsBindAddress", "localhost"),
+    ("--log-format", "logFormat", "xml"),
+    ("--volume-unmount-timeout", "volumeUnmountTimeout", "0s"),
+];
+
+#[test]
+fn every_invalid_config_field_exits_64_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, field, value) in INVALID {
+        // as a flag
+        let out = bin()
+            .arg("run")
+            .arg(format!("{flag}={value}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag} {value}: {err}");
+        assert!(
+            err.contains(field),
+            "{flag} {value}: the message does not name {field}: {err}"
+        );
+        // in the config file
+        let f = dir.path().join(format!("{field}.yaml"));
+        std::fs::write(&f, format!("{field}: \"{value}\"\n")).unwrap();
+        let out = bin().args(["check", "--config"]).arg(&f).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "file {field}: {err}");
+        assert!(err.contains(field), "file {field}: {err}");
+    }
+    // through the environment
+    let out = bin()
+        .arg("run")
+        .env("REAPLET_ROOT_DIR", "relative")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rootDir"));
+    // an unknown key and an unreadable file
+    let f = dir.path().join("typo.yaml");
+    std::fs::write(&f, "rootDri: /x\n").unwrap();
+    let out = bin().args(["run", "--config"]).arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rootDri"));
+    let out = bin()
+        .args(["run", "--config", "/nonexistent/reaplet.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.yaml");
+    std::fs::write(&f, "logFormat: bogus-from-file\n").unwrap();
+    // the file's bad value is overridden by a good env value, which a bad flag overrides again
+    let out = bin()
+        .args(["run", "--config"])
+        .arg(&f)
+        .env("REAPLET_LOG_FORMAT", "bogus-from-env")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus-from-env"));
+    let out = bin()
+        .args(["run", "--log-format", "bogus-from-flag", "--config"])
+        .arg(&f)
+        .env("REAPLET_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus-from-flag"));
+}
+
+#[test]
+fn the_example_config_is_valid() {
+    let f = repo().join("systemd/config.example.yaml");
+    let raw = reaplet::config::RawSettings::from_file(&f).unwrap();
+    reaplet::config::resolve(raw).unwrap();
+}
+
+#[test]
+fn the_unit_file_passes_systemd_analyze_verify() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        let st = Command::new("apt-get")
+            .args(["install", "-y", "-qq", "systemd"])
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "installing systemd (for systemd-analyze) failed"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(repo().join("systemd/reaplet.service")).unwrap();
+    assert!(
+        unit.contains("Type=notify")
+            && unit.contains("WatchdogSec=")
+            && unit.contains("KillMode=process")
+    );
+    // verify checks that ExecStart's binary exists: point it at the one just built
+    let unit = unit.replace("/usr/local/bin/reaplet", env!("CARGO_BIN_EXE_reaplet"));
+    let path = dir.path().join("reaplet.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{text}"
+    );
+    assert!(
+        !text.contains("reaplet.service:"),
+        "systemd-analyze complains:\n{text}"
+    );
+}
+
+fn check(tb: &Testbed, root: &Path, extra: &[&str]) -> (i32, String) {
+    let endpoint = tb.endpoint();
+    let mut base = vec!["--hostname-override", "testnode"];
+    if !extra.contains(&"--container-runtime-endpoint") {
+        base.extend(["--container-runtime-endpoint", &endpoint]);
+    }
+    let out = bin()
+        .arg("check")
+        .args(&base)
+        .args(["--cgroup-root", &tb.cgroup_root])
+        .arg("--root-dir")
+        .arg(root)
+        .args(extra)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn row<'a>(out: &'a str, check: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(check))
+        .unwrap_or_else(|| panic!("no {check} line in\n{out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
+    let tb = Testbed::start(repo(), "cli-check");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let kc_s = kc.display().to_string();
+    let (code, out) = check(&tb, root.path(), &["--kubeconfig", &kc_s]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        row(&out, "runtime").contains("PASS") && row(&out, "runtime").contains("containerd"),
+        "{out}"
+    );
+    assert!(
+        row(&out, "container events").contains("not supported"),
+        "{out}"
+    );
+    assert!(row(&out, "cgroups").contains("hybrid"), "{out}");
+    assert!(row(&out, "root dir").contains("PASS"), "{out}");
+    assert!(row(&out, "kubeconfig").contains("PASS"), "{out}");
+    assert!(row(&out, "logind").contains("WARN") || row(&out, "logind").contains("PASS"));
+    // missing socket
+    let (code, out) = check(
+        &tb,
+        root.path(),
+        &[
+            "--kubeconfig",
+            &kc_s,
+            "--container-runtime-endpoint",
+            "unix:///nonexistent/containerd.sock",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        row(&out, "runtime").contains("FAIL")
+            && row(&out, "runtime").contains("/nonexistent/containerd.sock"),
+        "{out}"
+    );
+    // a kubeconfig that is not one
+    let bad = root.path().join("bad-kubeconfig");
+    std::fs::write(&bad, "this: is not: a kubeconfig\n").unwrap();
+    let (code, out) = check(
+        &tb,
+        root.path(),
+        &["--kubeconfig", &bad.display().to_string()],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        row(&out, "kubeconfig").contains("FAIL")
+            && row(&out, "kubeconfig").contains("bad-kubeconfig"),
+        "{out}"
+    );
+    // missing permissions
+    api.deny("delete", "pods");
+    api.deny("patch", "pods/status");
+    let (code, out) = check(&tb, root.path(), &["--kubeconfig", &kc_s]);
+    assert_eq!(code, 1);
+    let k = row(&out, "kubeconfig");
+    assert!(
+        k.contains("FAIL") && k.contains("delete pods") && k.contains("patch pods/status"),
+        "{out}"
+    );
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
+    let tb = Testbed::start(repo(), "cli-metrics");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let t = PodTemplate::new("measured", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    launch(&tb, &t).await.unwrap();
+    api.create_pod(t.api_object());
+    let addr = free_port();
+    let log = root.path().join("reaplet.log");
+    let mut child = bin()
+        .arg("run")
+        .args(["--hostname-override", "testnode", "--kubeconfig"])
+        .arg(&kc)
+        .args([
+            "--container-runtime-endpoint",
+            &tb.endpoint(),
+            "--cgroup-root",
+            &tb.cgroup_root,
+        ])
+        .arg("--root-dir")
+        .arg(root.path())
+        .args([
+            "--metrics-bind-address",
+            &addr.to_string(),
+            "--log-format",
+            "json",
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok((200, _)) = reaplet::server::fetch(addr, "/readyz").await {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never ready\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        reaplet::server::fetch(addr, "/healthz").await.unwrap().0,
+        200
+    );
+    let (_, pods) = reaplet::server::fetch(addr, "/pods").await.unwrap();
+    assert!(pods.contains("default/measured"), "{pods}");
+    api.delete_pod("default", "measured", None);
+    let start = Instant::now();
+    while api.get_pod("default", "measured").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "pod never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, text) = reaplet::server::fetch(addr, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        text.contains("reaplet_termination_duration_seconds_count 1"),
+        "{text}"
+    );
+    for stage in ["kill", "volumes", "cgroup", "status", "delete"] {
+        assert!(
+            text.contains(&format!(
+                "reaplet_termination_stage_duration_seconds_count{{stage=\"{stage}\"}} 1"
+            )),
+            "stage {stage} missing:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("reaplet_runtime_operations_total{operation_type=\"StopContainer\"}"),
+        "{text}"
+    );
+    assert!(!text.contains("measured"), "a pod name leaked into a label");
+    // logs are JSON lines
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logs.lines()
+            .filter(|l| !l.is_empty())
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "{logs}"
+    );
+    unsafe_free_sigterm(child.id());
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "reaplet did not stop cleanly on SIGTERM: {status:?}"
+    );
+}
+
+/// SIGTERM through `kill(1)` (keeps this test file free of unsafe code).
+fn unsafe_free_sigterm(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_it() {
+    let tb = Testbed::start(repo(), "cli-sigterm");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let t = PodTemplate::new("survivor", 8).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let p = launch(&tb, &t).await.unwrap();
+    api.create_pod(t.api_object());
+    let log = root.path().join("reaplet.log");
+    let spawn = || {
+        bin()
+            .arg("run")
+            .args(["--hostname-override", "testnode", "--kubeconfig"])
+            .arg(&kc)
+            .args([
+                "--container-runtime-endpoint",
+                &tb.endpoint(),
+                "--cgroup-root",
+                &tb.cgroup_root,
+            ])
+            .arg("--root-dir")
+            .arg(root.path())
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn();
+    let start = Instant::now();
+    while !api
+        .requests()
+        .iter()
+        .any(|r| r.query.get("watch").is_some_and(|w| w == "true"))
+    {
+        assert!(start.elapsed() < Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t0 = now_ns();
+    api.delete_pod("default", "survivor", None);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    unsafe_free_sigterm(first.id());
+    assert!(first.wait().unwrap().success());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let client = tb.client();
+    let st = client
+        .container_status(p.container_id("app"))
+        .await
+        .unwrap();
+    assert!(
+        st.state.may_run(),
+        "stopping reaplet killed the pod's container"
+    );
+    assert!(api.get_pod("default", "survivor").is_some());
+    let mut second = spawn();
+    let start = Instant::now();
+    while api.get_pod("default", "survivor").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let st = client
+        .container_status(p.container_id("app"))
+        .await
+        .unwrap();
+    let took = secs(st.finished_at - t0);
+    assert_eq!(st.exit_code, 137);
+    assert!(
+        (7.0..=10.5).contains(&took),
+        "killed {took:.3}s after the delete (grace 8)"
+    );
+    unsafe_free_sigterm(second.id());
+    assert!(second.wait().unwrap().success());
+}
