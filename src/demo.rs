@@ -45,6 +45,9 @@ pub struct Row {
     /// Seconds from the start of the pod's termination to the container's exit.
     pub stopped_after: f64,
     pub exit_code: i32,
+    /// Seconds from the start of the pod's termination until its pod cgroup was gone in every
+    /// hierarchy (the end of the terminated stage), as the demo's 20 ms polling saw it.
+    pub cleaned_after: f64,
 }
 
 pub struct DemoConfig {
@@ -167,6 +170,7 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
     let limit = Duration::from_secs(60);
     let start = tokio::time::Instant::now();
     let mut rows: Vec<Option<Vec<Row>>> = vec![None; all.len()];
+    let mut cleaned: Vec<Option<i64>> = vec![None; all.len()];
     loop {
         let mut done = true;
         for (i, (t, p, why, grace, since)) in all.iter().enumerate() {
@@ -189,14 +193,19 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
                         container: name.clone(),
                         stopped_after,
                         exit_code,
+                        cleaned_after: f64::NAN,
                     });
                 }
                 rows[i] = Some(mine);
             }
-            done &= cgroups
+            let gone = cgroups
                 .existing(&p.uid)
                 .map(|v| v.is_empty())
                 .unwrap_or(false);
+            if gone && cleaned[i].is_none() && rows[i].is_some() {
+                cleaned[i] = Some(wall_ns() - since);
+            }
+            done &= gone;
         }
         if done {
             break;
@@ -207,7 +216,16 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let rows: Vec<Row> = rows.into_iter().flatten().flatten().collect();
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .zip(cleaned)
+        .flat_map(|(r, c)| {
+            r.unwrap_or_default().into_iter().map(move |mut row| {
+                row.cleaned_after = c.map_or(f64::NAN, |ns| ns as f64 / 1e9);
+                row
+            })
+        })
+        .collect();
     cancel.cancel();
     if let Ok(r) = agent.await {
         r?;

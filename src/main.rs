@@ -397,10 +397,13 @@ async fn demo(args: DemoArgs) -> Result<()> {
     })
     .await?;
     println!("runtime: {version}");
-    println!("pods came from a static manifest directory; the orphan had no manifest at all\n");
+    println!("pods came from a static manifest directory; the orphan had no manifest at all");
     println!(
-        "{:<22} {:<17} {:>6} {:<10} {:>9} {:>5}",
-        "POD", "WHY", "GRACE", "CONTAINER", "STOPPED", "EXIT"
+        "times count from the start of each pod's termination (manifest removed / agent start)\n"
+    );
+    println!(
+        "{:<22} {:<17} {:>6} {:<10} {:>9} {:>5} {:>9}",
+        "POD", "WHY", "GRACE", "CONTAINER", "STOPPED", "EXIT", "CLEANED"
     );
     for r in rows {
         let stopped = if r.stopped_after.is_nan() {
@@ -413,9 +416,14 @@ async fn demo(args: DemoArgs) -> Result<()> {
         } else {
             r.exit_code.to_string()
         };
+        let cleaned = if r.cleaned_after.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.3}s", r.cleaned_after)
+        };
         println!(
-            "{:<22} {:<17} {:>5}s {:<10} {:>9} {:>5}",
-            r.pod, r.why, r.grace, r.container, stopped, exit
+            "{:<22} {:<17} {:>5}s {:<10} {:>9} {:>5} {:>9}",
+            r.pod, r.why, r.grace, r.container, stopped, exit, cleaned
         );
     }
     println!("\nall pods terminated: containers and sandboxes stopped, pod cgroups removed");
