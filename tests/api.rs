@@ -433,6 +433,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let log = h.root.path().join("reaplet.log");
     let kc_s = kc.display().to_string();
     let mut first = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    let _g1 = KillOnDrop(first.id());
     h.wait_watching(0).await;
     let t0 = now_ns();
     h.api.delete_pod("default", "resumed", None);
@@ -441,6 +442,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     first.wait().unwrap();
     let seen = watches(&h.api.requests());
     let mut second = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    let _g2 = KillOnDrop(second.id());
     h.wait_watching(seen).await;
     h.wait_gone("resumed").await;
     let st =
@@ -487,6 +489,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
     let log = h.root.path().join("reaplet.log");
     let dir_s = dir.display().to_string();
     let mut child = spawn_reaplet(&h, &["--pod-manifest-path", &dir_s], &log);
+    let _g = KillOnDrop(child.id());
     // the static pod is desired: nothing happens to it
     tokio::time::sleep(Duration::from_secs(2)).await;
     let client = h.tb.client();
@@ -587,4 +590,16 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
     );
     assert!(pod_writes(&h.api, "vanished").is_empty());
     h.stop().await;
+}
+
+/// Kills a spawned reaplet if the test fails before stopping it (killing a reaped pid that was
+/// already waited for is harmless here: the test's own children are not reused that fast).
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
 }

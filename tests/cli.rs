@@ -297,6 +297,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let _guard = KillOnDrop(child.id());
     let start = Instant::now();
     loop {
         if let Ok((200, _)) = reaplet::server::fetch(addr, "/readyz").await {
@@ -403,6 +404,7 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
             .unwrap()
     };
     let mut first = spawn();
+    let _g1 = KillOnDrop(first.id());
     let start = Instant::now();
     while !api
         .requests()
@@ -429,6 +431,7 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     );
     assert!(api.get_pod("default", "survivor").is_some());
     let mut second = spawn();
+    let _g2 = KillOnDrop(second.id());
     let start = Instant::now();
     while api.get_pod("default", "survivor").is_some() {
         assert!(
@@ -450,4 +453,78 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     );
     unsafe_free_sigterm(second.id());
     assert!(second.wait().unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings() {
+    let tb = Testbed::start(repo(), "cli-notify");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let sock = root.path().join("notify.sock");
+    let rx = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // the API is down for the first 3 s: no pod list, so no READY
+    api.refuse_connections_for(Duration::from_secs(3));
+    let api_back = Instant::now() + Duration::from_secs(3);
+    let mut child = bin()
+        .arg("run")
+        .args(["--hostname-override", "testnode", "--kubeconfig"])
+        .arg(&kc)
+        .args([
+            "--container-runtime-endpoint",
+            &tb.endpoint(),
+            "--cgroup-root",
+            &tb.cgroup_root,
+        ])
+        .arg("--root-dir")
+        .arg(root.path())
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .env("NOTIFY_SOCKET", &sock)
+        .env("WATCHDOG_USEC", "2000000")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = KillOnDrop(child.id());
+    let mut buf = [0u8; 512];
+    let mut ready_at = None;
+    let mut saw_status = false;
+    let mut watchdog_after_ready = false;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && !(ready_at.is_some() && watchdog_after_ready) {
+        let n = rx.recv(&mut buf).expect("a notification within 20 s");
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        saw_status |= msg.contains("STATUS=pods:");
+        if msg.contains("READY=1") {
+            ready_at = Some(Instant::now());
+        } else if ready_at.is_some() && msg.contains("WATCHDOG=1") {
+            watchdog_after_ready = true;
+        }
+    }
+    let ready_at = ready_at.expect("READY=1 was never sent");
+    assert!(
+        ready_at >= api_back,
+        "READY before the first pod list could have arrived"
+    );
+    assert!(watchdog_after_ready, "no watchdog ping after READY");
+    assert!(saw_status, "no STATUS= line");
+    unsafe_free_sigterm(child.id());
+    let n = rx.recv(&mut buf).unwrap();
+    let mut msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
+    while !msgs.contains("STOPPING=1") {
+        let n = rx.recv(&mut buf).expect("STOPPING=1 on SIGTERM");
+        msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
+    }
+    assert!(child.wait().unwrap().success());
+}
+
+/// Kills a spawned reaplet if the test fails before stopping it.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
 }
