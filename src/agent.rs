@@ -53,6 +53,38 @@ pub struct AgentConfig {
     pub watchdog: Option<Duration>,
 }
 
+impl AgentConfig {
+    /// The defaults `reaplet run` uses for everything but the node, the runtime endpoint, the
+    /// cgroup root and the root dir; no pod source, no status endpoint, no systemd.
+    pub fn new(node_name: &str, endpoint: &str, cgroup_root: &str, root_dir: PathBuf) -> Self {
+        AgentConfig {
+            node_name: node_name.into(),
+            runtime: CriConfig {
+                endpoint: endpoint.into(),
+                ..CriConfig::default()
+            },
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroup_root: cgroup_root.into(),
+            pod_manifest_path: None,
+            file_check_frequency: Duration::from_secs(1),
+            kube: None,
+            api_qps: 100.0,
+            api_burst: 200,
+            event_qps: 10.0,
+            event_burst: 50,
+            status_resync: Duration::from_secs(10),
+            pipeline: PipelineConfig {
+                root_dir,
+                ..PipelineConfig::default()
+            },
+            shutdown_timeout: Duration::from_secs(5),
+            metrics_bind_address: None,
+            notify_socket: None,
+            watchdog: None,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("container runtime: {0}")]

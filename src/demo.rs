@@ -8,13 +8,12 @@
 //! own grace. The report says when and how every container stopped.
 
 use crate::agent::{self, AgentConfig};
-use crate::cgroups::{CgroupDriver, CgroupManager};
+use crate::cgroups::CgroupManager;
 use crate::cri::{CriClient, CriConfig, Runtime};
 use crate::file_source;
 use crate::testbed::{
     self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
-use crate::workers::PipelineConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -124,32 +123,15 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
     .await?;
 
     let cancel = CancellationToken::new();
-    let agent_cfg = AgentConfig {
-        node_name: NODE.into(),
-        runtime: CriConfig {
-            endpoint: tb.endpoint(),
-            ..CriConfig::default()
-        },
-        cgroup_driver: CgroupDriver::Cgroupfs,
-        cgroup_root: cfg.cgroup_root.clone(),
-        pod_manifest_path: Some(manifests.clone()),
-        file_check_frequency: Duration::from_millis(200),
-        kube: None,
-        api_qps: 100.0,
-        api_burst: 200,
-        event_qps: 10.0,
-        event_burst: 50,
-        status_resync: Duration::from_secs(10),
-        pipeline: PipelineConfig {
-            root_dir: cfg.testbed_dir.join("kubelet"),
-            mountinfo: cfg.mountinfo.clone(),
-            ..PipelineConfig::default()
-        },
-        shutdown_timeout: Duration::from_secs(5),
-        metrics_bind_address: None,
-        notify_socket: None,
-        watchdog: None,
-    };
+    let mut agent_cfg = AgentConfig::new(
+        NODE,
+        &tb.endpoint(),
+        &cfg.cgroup_root,
+        cfg.testbed_dir.join("kubelet"),
+    );
+    agent_cfg.pod_manifest_path = Some(manifests.clone());
+    agent_cfg.file_check_frequency = Duration::from_millis(200);
+    agent_cfg.pipeline.mountinfo = cfg.mountinfo.clone();
     let agent_started = wall_ns();
     let agent = tokio::spawn(agent::run(agent_cfg, cancel.clone()));
     // let the agent read the manifests (and find the orphan), then remove the manifests

@@ -7,12 +7,10 @@ mod common;
 use common::apiserver::{ApiServer, Recorded};
 use common::*;
 use reaplet::agent::AgentConfig;
-use reaplet::cgroups::CgroupDriver;
-use reaplet::cri::{CriConfig, Runtime};
+use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
-use reaplet::workers::PipelineConfig;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -41,40 +39,23 @@ impl ApiHarness {
         }
     }
 
-    fn config(&self, kube: Option<kube::Config>, manifests: Option<PathBuf>) -> AgentConfig {
-        AgentConfig {
-            node_name: NODE.into(),
-            runtime: CriConfig {
-                endpoint: self.tb.endpoint(),
-                request_timeout: Duration::from_secs(120),
-            },
-            cgroup_driver: CgroupDriver::Cgroupfs,
-            cgroup_root: self.tb.cgroup_root.clone(),
-            pod_manifest_path: manifests,
-            file_check_frequency: Duration::from_millis(200),
-            kube,
-            api_qps: 100.0,
-            api_burst: 200,
-            event_qps: 10.0,
-            event_burst: 50,
-            status_resync: Duration::from_secs(10),
-            pipeline: PipelineConfig {
-                root_dir: self.root.path().join("kubelet"),
-                volume_poll: Duration::from_millis(100),
-                ..PipelineConfig::default()
-            },
-            shutdown_timeout: Duration::from_secs(5),
-            metrics_bind_address: None,
-            notify_socket: None,
-            watchdog: None,
-        }
+    fn config(&self, kube: Option<kube::Config>) -> AgentConfig {
+        let mut cfg = AgentConfig::new(
+            NODE,
+            &self.tb.endpoint(),
+            &self.tb.cgroup_root,
+            self.root.path().join("kubelet"),
+        );
+        cfg.kube = kube;
+        cfg.pipeline.volume_poll = Duration::from_millis(100);
+        cfg
     }
 
     /// Runs the agent in this process, against the API server.
     async fn start_agent(&mut self) {
         let kc = self.api.write_kubeconfig(self.root.path());
         let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
-        let cfg = self.config(Some(kube), None);
+        let cfg = self.config(Some(kube));
         let cancel = self.cancel.clone();
         self.agent = Some(tokio::spawn(async move {
             reaplet::agent::run(cfg, cancel).await.unwrap();
@@ -590,16 +571,4 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
     );
     assert!(pod_writes(&h.api, "vanished").is_empty());
     h.stop().await;
-}
-
-/// Kills a spawned reaplet if the test fails before stopping it (killing a reaped pid that was
-/// already waited for is harmless here: the test's own children are not reused that fast).
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .status();
-    }
 }

@@ -190,6 +190,23 @@ fn check(tb: &Testbed, root: &Path, extra: &[&str]) -> (i32, String) {
     )
 }
 
+/// `reaplet run` against a test bed and a kubeconfig, node `testnode`.
+fn agent(tb: &Testbed, kubeconfig: &Path, root: &Path) -> Command {
+    let mut c = bin();
+    c.arg("run")
+        .args(["--hostname-override", "testnode", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args([
+            "--container-runtime-endpoint",
+            &tb.endpoint(),
+            "--cgroup-root",
+            &tb.cgroup_root,
+        ])
+        .arg("--root-dir")
+        .arg(root);
+    c
+}
+
 fn row<'a>(out: &'a str, check: &str) -> &'a str {
     out.lines()
         .find(|l| l.starts_with(check))
@@ -276,18 +293,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     api.create_pod(t.api_object());
     let addr = free_port();
     let log = root.path().join("reaplet.log");
-    let mut child = bin()
-        .arg("run")
-        .args(["--hostname-override", "testnode", "--kubeconfig"])
-        .arg(&kc)
-        .args([
-            "--container-runtime-endpoint",
-            &tb.endpoint(),
-            "--cgroup-root",
-            &tb.cgroup_root,
-        ])
-        .arg("--root-dir")
-        .arg(root.path())
+    let mut child = agent(&tb, &kc, root.path())
         .args([
             "--metrics-bind-address",
             &addr.to_string(),
@@ -380,18 +386,7 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     api.create_pod(t.api_object());
     let log = root.path().join("reaplet.log");
     let spawn = || {
-        bin()
-            .arg("run")
-            .args(["--hostname-override", "testnode", "--kubeconfig"])
-            .arg(&kc)
-            .args([
-                "--container-runtime-endpoint",
-                &tb.endpoint(),
-                "--cgroup-root",
-                &tb.cgroup_root,
-            ])
-            .arg("--root-dir")
-            .arg(root.path())
+        agent(&tb, &kc, root.path())
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .stderr(
                 std::fs::OpenOptions::new()
@@ -467,18 +462,7 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
     // the API is down for the first 3 s: no pod list, so no READY
     api.refuse_connections_for(Duration::from_secs(3));
     let api_back = Instant::now() + Duration::from_secs(3);
-    let mut child = bin()
-        .arg("run")
-        .args(["--hostname-override", "testnode", "--kubeconfig"])
-        .arg(&kc)
-        .args([
-            "--container-runtime-endpoint",
-            &tb.endpoint(),
-            "--cgroup-root",
-            &tb.cgroup_root,
-        ])
-        .arg("--root-dir")
-        .arg(root.path())
+    let mut child = agent(&tb, &kc, root.path())
         .args(["--metrics-bind-address", "127.0.0.1:0"])
         .env("NOTIFY_SOCKET", &sock)
         .env("WATCHDOG_USEC", "2000000")
@@ -516,15 +500,4 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
         msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
     }
     assert!(child.wait().unwrap().success());
-}
-
-/// Kills a spawned reaplet if the test fails before stopping it.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .status();
-    }
 }

@@ -163,3 +163,15 @@ pub fn now_ns() -> i64 {
 pub fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9
 }
+
+/// Kills a spawned reaplet if the test fails before stopping it (a kill after the child was
+/// waited for is harmless: pids are not reused that fast).
+pub struct KillOnDrop(pub u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
+}
