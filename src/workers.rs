@@ -731,6 +731,10 @@ async fn worker_loop<R: Runtime>(
                         );
                         finals = rep.finals.clone();
                     }
+                    // a standby refusal is not a failure worth an event
+                    Err(e @ kill::KillError::Refused(_)) => {
+                        tracing::debug!(err = %e, "kill held by the authority check");
+                    }
                     Err(e) => {
                         tracing::warn!(err = %e, "killing pod failed; will retry");
                         inner.events.record(PodEvent {

@@ -356,10 +356,19 @@ impl Runtime for CriClient {
         &self,
     ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
         let mut client = self.client.clone();
-        let resp = client
-            .get_container_events(pb::GetEventsRequest {})
-            .await
-            .map_err(|s| CriError::from_status("GetContainerEvents", "", s))?;
+        // only the subscription is bounded: the stream itself lives as long as the connection
+        let timeout = self.request_timeout;
+        let resp = tokio::time::timeout(
+            timeout,
+            client.get_container_events(pb::GetEventsRequest {}),
+        )
+        .await
+        .map_err(|_| CriError::DeadlineExceeded {
+            op: "GetContainerEvents",
+            id: String::new(),
+            timeout,
+        })?
+        .map_err(|s| CriError::from_status("GetContainerEvents", "", s))?;
         let mut stream = resp.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
