@@ -63,7 +63,7 @@ write_blob() {
     d=$(sha "$f")
     mkdir -p "$layout/blobs/sha256"
     cp "$f" "$layout/blobs/sha256/$d"
-    printf 'sha256:%s %s' "$d" "$(stat -c %s "$f")"
+    printf 'sha256:%s %s\n' "$d" "$(stat -c %s "$f")"
 }
 
 det_tar() { # det_tar OUT DIR: deterministic tar of DIR's contents
@@ -98,7 +98,8 @@ build_image() {
 }
 
 images_key() {
-    { /bin/busybox 2>&1 | head -1; sha256sum "$HERE/testbed.sh" "$HERE/pause.c"; } | sha256sum | cut -c1-16
+    # contents only (not paths): every checkout of the same sources shares the cache
+    { /bin/busybox 2>&1 | head -1; cat "$HERE/testbed.sh" "$HERE/pause.c"; } | sha256sum | cut -c1-16
 }
 
 cmd_images() {
