@@ -529,16 +529,16 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
     h.start_agent().await;
-    // blind reaplet, delete the pod for good, and forget the history: the watch must re-list
-    h.api.refuse_connections_for(Duration::from_secs(3));
-    h.api.delete_pod("default", "vanished", Some(0));
-    h.api.compact();
     let lists_before = h
         .api
         .requests()
         .iter()
         .filter(|r| r.path == "/api/v1/pods" && !r.query.contains_key("watch"))
         .count();
+    // blind reaplet, delete the pod for good, and forget the history: the watch must re-list
+    h.api.refuse_connections_for(Duration::from_secs(3));
+    h.api.delete_pod("default", "vanished", Some(0));
+    h.api.compact();
     let client = h.tb.client();
     let start = Instant::now();
     loop {

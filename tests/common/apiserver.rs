@@ -438,6 +438,12 @@ async fn accept_loop(first: tokio::net::TcpListener, addr: SocketAddr, state: Ar
                 _ = state.refuse.notified() => break,
                 acc = l.accept() => {
                     let Ok((stream, _)) = acc else { continue };
+                    // a connection that raced with refuse_connections_for is refused too
+                    let refusing = state.faults.lock().unwrap().refuse_until.is_some_and(|t| Instant::now() < t);
+                    if refusing {
+                        drop(stream);
+                        continue;
+                    }
                     let state = state.clone();
                     let mut generation = state.generation.subscribe();
                     tokio::spawn(async move {
