@@ -230,6 +230,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         // readiness needs one answer from the runtime; keep asking until it comes
         let (ok, cancel) = (runtime_ok.clone(), cancel.clone());
         tracker.spawn(async move {
+            let mut first = true;
             loop {
                 match tracker_runtime.version().await {
                     Ok(v) => {
@@ -242,8 +243,13 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
                         ok.store(true, Ordering::Relaxed);
                         return;
                     }
-                    // not fatal: pods are only ever touched through successful calls
-                    Err(e) => tracing::warn!(err = %e, "container runtime not answering yet"),
+                    // not fatal: pods are only ever touched through successful calls; one
+                    // warning, then quiet retries (no line per attempt)
+                    Err(e) if first => {
+                        tracing::warn!(err = %e, "container runtime not answering yet; retrying every second");
+                        first = false;
+                    }
+                    Err(e) => tracing::debug!(err = %e, "container runtime still not answering"),
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => return,

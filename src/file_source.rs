@@ -119,9 +119,11 @@ pub async fn run<R: Runtime>(
 ) {
     let mut known: HashMap<PathBuf, PodInfo> = HashMap::new();
     let mut reported: HashMap<PathBuf, String> = HashMap::new();
+    let mut dir_error: Option<String> = None;
     loop {
         match manifests(&dir) {
             Ok(files) => {
+                dir_error = None;
                 let mut seen: HashMap<PathBuf, PodInfo> = HashMap::new();
                 for path in files {
                     match load(&path, &node) {
@@ -159,7 +161,12 @@ pub async fn run<R: Runtime>(
                 workers.mark_source_synced(SOURCE);
             }
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), err = %e, "reading the manifest directory failed")
+                // once per distinct error, not once per scan; the known pods stay as they are
+                let text = e.to_string();
+                if dir_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(dir = %dir.display(), err = %text, "reading the manifest directory failed");
+                    dir_error = Some(text);
+                }
             }
         }
         tokio::select! {

@@ -416,27 +416,23 @@ impl<R: Runtime> PodWorkers<R> {
     pub fn snapshot(&self) -> Vec<PodView> {
         let reg = self.registry();
         let mut out: Vec<PodView> = reg.workers.values().map(Worker::view).collect();
-        for p in reg.desired.values() {
-            if !reg.workers.contains_key(&p.uid) {
-                out.push(PodView {
-                    uid: p.uid.clone(),
-                    key: p.key(),
-                    state: "sync",
-                    grace: None,
-                    deadline: None,
-                    step: "running",
-                    reason: None,
-                    config: source_of(p),
-                });
-            }
-        }
+        out.extend(
+            reg.desired
+                .values()
+                .filter(|p| !reg.workers.contains_key(&p.uid))
+                .map(desired_view),
+        );
         out.sort_by(|a, b| a.key.cmp(&b.key).then(a.uid.cmp(&b.uid)));
         out
     }
 
     /// The view of one pod.
     pub fn view(&self, uid: &PodUid) -> Option<PodView> {
-        self.snapshot().into_iter().find(|v| &v.uid == uid)
+        let reg = self.registry();
+        match reg.workers.get(uid) {
+            Some(w) => Some(w.view()),
+            None => reg.desired.get(uid).map(desired_view),
+        }
     }
 
     fn spawn_worker(&self, pod: PodInfo) -> Worker {
@@ -467,6 +463,7 @@ impl<R: Runtime> PodWorkers<R> {
     /// finished workers. Runs until cancelled.
     pub async fn run_housekeeping(self) {
         let cancel = self.inner.cancel.clone();
+        let mut relist_failing = false;
         let mut events = match self.inner.runtime.container_events().await {
             Ok(rx) => {
                 tracing::info!("runtime container events subscribed");
@@ -494,8 +491,18 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                 }
             }
-            if let Err(e) = self.relist().await {
-                tracing::warn!(err = %e, "runtime relist failed");
+            // one line when relisting starts failing and one when it works again, not per poll
+            match self.relist().await {
+                Err(e) if !relist_failing => {
+                    tracing::warn!(err = %e, "runtime relist failed; retrying every period");
+                    relist_failing = true;
+                }
+                Err(e) => tracing::debug!(err = %e, "runtime relist failed again"),
+                Ok(()) if relist_failing => {
+                    tracing::info!("runtime relist works again");
+                    relist_failing = false;
+                }
+                Ok(()) => {}
             }
             let beat = self.inner.started.elapsed().as_millis() as u64;
             self.inner
@@ -641,6 +648,20 @@ fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
                 .max_by_key(|c| (c.attempt, c.created_at))
                 .is_some_and(|c| c.state == ContainerRunState::Exited)
         })
+}
+
+/// A desired pod with no worker: running, nothing to do.
+fn desired_view(p: &PodInfo) -> PodView {
+    PodView {
+        uid: p.uid.clone(),
+        key: p.key(),
+        state: "sync",
+        grace: None,
+        deadline: None,
+        step: "running",
+        reason: None,
+        config: source_of(p),
+    }
 }
 
 fn source_of(pod: &PodInfo) -> &'static str {
@@ -1124,7 +1145,7 @@ mod tests {
                 n.await.expect("every kill notice completes");
             }
             until(&r.workers, "p2", "finished").await;
-            // the newest, smallest value won; only one stop call was needed per grace cut
+            // the newest, smallest value won
             assert_eq!(r.workers.view(&uid).unwrap().grace, Some(5));
             // a kill after the end completes at once
             let (tx, rx) = oneshot::channel();
