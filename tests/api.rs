@@ -11,7 +11,7 @@ use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -209,11 +209,7 @@ async fn deleted_term_ignoring_pod_is_failed_137_after_its_grace() {
             .container_status(p.container_id("app"))
             .await
             .unwrap();
-    let took = secs(st.finished_at - t0);
-    assert!(
-        (3.0..4.5).contains(&took),
-        "SIGKILL after {took:.3}s, grace 3"
-    );
+    assert_stopped(&st, t0, 137, 3.0..4.5);
     h.stop().await;
 }
 
@@ -239,12 +235,7 @@ async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sen
             .await
             .unwrap();
         if !st.state.may_run() {
-            let took = secs(st.finished_at - t0);
-            assert_eq!(st.exit_code, 137);
-            assert!(
-                (2.0..4.5).contains(&took),
-                "killed after {took:.3}s: grace 1 → 2 s floor"
-            );
+            assert_stopped(&st, t0, 137, 2.0..4.5);
             break;
         }
         assert!(start.elapsed() < LIMIT, "force-deleted pod still running");
@@ -376,30 +367,18 @@ async fn pod_completing_on_its_own_is_patched_succeeded_and_left_in_the_api() {
     h.stop().await;
 }
 
-fn reaplet_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_reaplet")
-}
-
 fn spawn_reaplet(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(reaplet_bin())
-        .arg("run")
-        .args(["--hostname-override", NODE])
-        .args(["--container-runtime-endpoint", &h.tb.endpoint()])
-        .args(["--cgroup-root", &h.tb.cgroup_root])
+    reaplet_run(&h.tb, &h.root.path().join("kubelet"))
         .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .arg("--root-dir")
-        .arg(h.root.path().join("kubelet"))
         .args(extra)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
         .expect("spawning reaplet")
 }

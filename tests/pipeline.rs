@@ -17,8 +17,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 async fn term_trapping_container_stops_at_once_with_exit_0() {
     let h = Harness::new("trap").await;
     let t = PodTemplate::new("trap", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
     h.wait_state(&p.uid, "finished", LIMIT).await;
@@ -75,19 +74,12 @@ async fn pod_cgroups_of_every_qos_class_are_removed_in_every_hierarchy() {
 async fn term_ignoring_container_is_killed_at_its_grace_never_before() {
     let h = Harness::new("ignore").await;
     let t = PodTemplate::new("ignore", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(3));
     h.wait_state(&p.uid, "finished", LIMIT).await;
     let st = h.status(p.container_id("app")).await;
-    assert_eq!(st.exit_code, 137, "SIGKILLed");
-    let took = secs(st.finished_at - t0);
-    assert!(took >= 3.0, "killed after {took:.3}s, before its 3 s grace");
-    assert!(
-        took < 4.5,
-        "killed after {took:.3}s, long after its 3 s grace"
-    );
+    assert_stopped(&st, t0, 137, 3.0..4.5);
     h.assert_gone(&p.uid).await;
     h.shutdown().await;
 }
@@ -96,8 +88,7 @@ async fn term_ignoring_container_is_killed_at_its_grace_never_before() {
 async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
     let h = Harness::new("floor").await;
     let t = PodTemplate::new("floor", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let t0 = now_ns();
     h.workers
@@ -119,13 +110,7 @@ async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
         .expect("kill notice in time")
         .expect("kill notice sent");
     let st = h.status(p.container_id("app")).await;
-    assert_eq!(st.exit_code, 137);
-    let took = secs(st.finished_at - t0);
-    assert!(
-        took >= 2.0,
-        "grace 0 → 1 → 2 s floor, but killed after {took:.3}s"
-    );
-    assert!(took < 3.5, "killed after {took:.3}s");
+    assert_stopped(&st, t0, 137, 2.0..3.5);
     let v = h.wait_state(&p.uid, "finished", LIMIT).await;
     assert_eq!(v.grace, Some(1));
     h.assert_gone(&p.uid).await;
@@ -136,8 +121,7 @@ async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
 async fn shorter_grace_mid_way_cuts_the_kill_short() {
     let h = Harness::new("shorten").await;
     let t = PodTemplate::new("shorten", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
     h.wait_state(&p.uid, "terminating", LIMIT).await;
@@ -173,8 +157,7 @@ async fn exec_prestop_runs_before_sigterm_and_its_time_comes_off_the_grace() {
             ContainerTemplate::new("deducted", IGNORES_TERM)
                 .pre_stop(json!({"exec": {"command": ["/bin/sh", "-c", "sleep 2"]}})),
         );
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(5));
     h.wait_state(&p.uid, "finished", LIMIT).await;
@@ -185,14 +168,8 @@ async fn exec_prestop_runs_before_sigterm_and_its_time_comes_off_the_grace() {
     );
     assert!(secs(ordered.finished_at - t0) >= 2.0);
     let deducted = h.status(p.container_id("deducted")).await;
-    assert_eq!(deducted.exit_code, 137);
-    let took = secs(deducted.finished_at - t0);
     // 2 s hook + (5 - 2) s = 5 s; without the deduction it would be 7 s
-    assert!(took >= 5.0, "killed after {took:.3}s, before the grace");
-    assert!(
-        took < 6.5,
-        "killed after {took:.3}s: the hook's time was not deducted"
-    );
+    assert_stopped(&deducted, t0, 137, 5.0..6.5);
     let ev = h.drain_events();
     assert!(
         ev.iter().all(|e| e.reason.as_str() != "FailedPreStopHook"),
@@ -210,20 +187,13 @@ async fn prestop_longer_than_grace_is_cut_and_the_container_still_gets_two_secon
             json!({"exec": {"command": ["/bin/sh", "-c", "echo s3cr3t-token; sleep 100"]}}),
         ),
     );
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(3));
     h.wait_state(&p.uid, "finished", LIMIT).await;
     let st = h.status(p.container_id("app")).await;
-    assert_eq!(st.exit_code, 137);
-    let took = secs(st.finished_at - t0);
     // hook cut at 3 s, then the 2 s floor
-    assert!(took >= 5.0, "killed after {took:.3}s");
-    assert!(
-        took < 6.5,
-        "killed after {took:.3}s: the hook was not cut at the grace"
-    );
+    assert_stopped(&st, t0, 137, 5.0..6.5);
     let ev = h.drain_events();
     let failed: Vec<_> = ev
         .iter()
@@ -261,8 +231,7 @@ async fn http_and_sleep_prestop_hooks_run_before_sigterm() {
             "httpGet": {"port": port, "path": "/shutdown", "httpHeaders": [{"name": "X-Test", "value": "1"}]}
         })))
         .container(ContainerTemplate::new("sleeper", TRAPS_TERM).pre_stop(json!({"sleep": {"seconds": 1}})));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
     h.wait_state(&p.uid, "finished", LIMIT).await;
@@ -292,8 +261,7 @@ async fn sidecars_stop_after_main_containers_in_reverse_order() {
         .sidecar(ContainerTemplate::new("first", TRAPS_TERM))
         .sidecar(ContainerTemplate::new("second", TRAPS_TERM))
         .container(ContainerTemplate::new("main", slow));
-    let p = launch(&h.tb, &t).await.unwrap();
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    let p = h.launch_desired(&t).await;
     h.workers.upsert(t.deleted(30));
     h.wait_state(&p.uid, "finished", LIMIT).await;
     let main = h.status(p.container_id("main")).await;
@@ -333,16 +301,7 @@ async fn orphan_is_stopped_with_grace_one_and_its_prestop_rebuilt_from_annotatio
     assert_eq!(v.grace, Some(1));
     assert_eq!(v.reason, Some("orphan"));
     let stubborn = h.status(p.container_id("stubborn")).await;
-    assert_eq!(stubborn.exit_code, 137);
-    let took = secs(stubborn.finished_at - t0);
-    assert!(
-        took >= 2.0,
-        "orphan killed after {took:.3}s, inside the 2 s floor"
-    );
-    assert!(
-        took < 4.5,
-        "orphan killed after {took:.3}s, not with grace 1 (spec says 600)"
-    );
+    assert_stopped(&stubborn, t0, 137, 2.0..4.5);
     let hooked = h.status(p.container_id("hooked")).await;
     assert_eq!(
         hooked.exit_code, 0,

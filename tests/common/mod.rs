@@ -175,3 +175,56 @@ impl Drop for KillOnDrop {
             .status();
     }
 }
+
+/// Asserts a container exited with `exit` within `range` seconds (start inclusive, end
+/// exclusive) of `t0` (wall-clock ns): never before its grace, never long after it.
+#[track_caller]
+pub fn assert_stopped(st: &ContainerDetail, t0: i64, exit: i32, range: std::ops::Range<f64>) {
+    let took = secs(st.finished_at - t0);
+    assert_eq!(st.exit_code, exit, "exit code after {took:.3}s");
+    assert!(
+        took >= range.start,
+        "stopped after {took:.3}s: earlier than {:.1}s",
+        range.start
+    );
+    assert!(
+        took < range.end,
+        "stopped after {took:.3}s: later than {:.1}s",
+        range.end
+    );
+}
+
+/// The reaplet binary with a clean environment (no `REAPLET_*`, no in-cluster variables).
+pub fn reaplet() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_reaplet"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("REAPLET_") || k.starts_with("KUBERNETES_SERVICE") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// `reaplet run` as node `testnode` against a test bed, with `root_dir` as its root dir.
+pub fn reaplet_run(tb: &Testbed, root_dir: &Path) -> std::process::Command {
+    let mut c = reaplet();
+    c.arg("run")
+        .args(["--hostname-override", "testnode"])
+        .args(["--container-runtime-endpoint", &tb.endpoint()])
+        .args(["--cgroup-root", &tb.cgroup_root])
+        .arg("--root-dir")
+        .arg(root_dir);
+    c
+}
+
+impl Harness {
+    /// Launches `t` in the runtime and makes it the whole desired set.
+    pub async fn launch_desired(
+        &self,
+        t: &reaplet::testbed::PodTemplate,
+    ) -> reaplet::testbed::LaunchedPod {
+        let p = reaplet::testbed::launch(&self.tb, t).await.unwrap();
+        self.workers.set_desired(vec![t.pod_info()], Some(1));
+        p
+    }
+}
