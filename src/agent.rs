@@ -51,6 +51,9 @@ pub struct AgentConfig {
     /// `$NOTIFY_SOCKET` and the watchdog interval (`$WATCHDOG_USEC`) under systemd.
     pub notify_socket: Option<String>,
     pub watchdog: Option<Duration>,
+    /// The system bus socket, to stop pod slices as systemd units (systemd driver on a
+    /// systemd host); `None`: pod cgroup directories are removed only.
+    pub systemd_bus: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -81,6 +84,7 @@ impl AgentConfig {
             metrics_bind_address: None,
             notify_socket: None,
             watchdog: None,
+            systemd_bus: None,
         }
     }
 }
@@ -197,13 +201,16 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     let runtime = CriClient::new(&cfg.runtime)?.with_metrics(metrics.clone());
     let runtime_ok = Arc::new(AtomicBool::new(false));
     let naming = CgroupNaming::new(cfg.cgroup_driver, &cfg.cgroup_root)?;
-    let cgroups =
+    let mut cgroups =
         CgroupManager::from_mountinfo(&cfg.pipeline.mountinfo, naming).map_err(|source| {
             AgentError::Mountinfo {
                 path: cfg.pipeline.mountinfo.clone(),
                 source,
             }
         })?;
+    if let (CgroupDriver::Systemd, Some(bus)) = (cfg.cgroup_driver, &cfg.systemd_bus) {
+        cgroups = cgroups.with_systemd(Arc::new(crate::systemd::Systemd::new(bus)));
+    }
     let (events, events_rx) = EventSink::channel(256);
     let events_for_state = events.clone();
     let tracker = TaskTracker::new();
@@ -306,6 +313,22 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         ));
     }
     tracker.spawn(workers.clone().run_housekeeping());
+    #[cfg(feature = "test-hooks")]
+    {
+        // test hook: SIGUSR2 wedges housekeeping (the VM test's watchdog scenario)
+        let w = workers.clone();
+        let c = cancel.clone();
+        tracker.spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut usr2) = signal(SignalKind::user_defined2()) else {
+                return;
+            };
+            tokio::select! {
+                _ = c.cancelled() => {}
+                _ = usr2.recv() => w.freeze_housekeeping(),
+            }
+        });
+    }
     let live = Arc::new(Live {
         workers: workers.clone(),
         metrics: metrics.clone(),

@@ -11,12 +11,17 @@
 //! * processes left in the tree are SIGKILLed (cgroup v2 `cgroup.kill` when present; per pid
 //!   through a pidfd re-checked for membership, so a reused pid is never hit), then the
 //!   directories are removed deepest first; ESRCH and ENOENT mean done, so destroy is
-//!   idempotent.
+//!   idempotent;
+//! * with the systemd driver on a systemd host, each pod slice is also stopped as a unit over
+//!   D-Bus (as the kubelet's libcontainer manager does), else systemd keeps an active slice
+//!   unit per pod forever.
 
 use crate::pod::{PodUid, QosClass};
+use crate::systemd::{Systemd, SystemdError};
 use crate::volumes::MountInfo;
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +40,12 @@ pub enum CgroupError {
         path: PathBuf,
         pids: Vec<i32>,
         passes: u32,
+    },
+    #[error("pod {uid}: {source}")]
+    Systemd {
+        uid: String,
+        #[source]
+        source: Box<SystemdError>,
     },
     #[error("path {0} would leave the cgroup root")]
     Escape(PathBuf),
@@ -216,6 +227,8 @@ pub fn contained(mount: &Path, root: &Path, rel: &Path) -> Result<PathBuf, Cgrou
 pub struct CgroupManager {
     hierarchies: Vec<Hierarchy>,
     naming: CgroupNaming,
+    /// With the systemd driver on a systemd host: pod slices are stopped as units too.
+    units: Option<Arc<Systemd>>,
 }
 
 /// What a destroy did.
@@ -223,6 +236,8 @@ pub struct CgroupManager {
 pub struct DestroyReport {
     pub removed_dirs: usize,
     pub killed_pids: usize,
+    /// Pod slice units systemd was asked to stop (systemd driver).
+    pub stopped_units: usize,
 }
 
 impl CgroupManager {
@@ -230,7 +245,15 @@ impl CgroupManager {
         Self {
             hierarchies,
             naming,
+            units: None,
         }
+    }
+
+    /// Stops pod slices through systemd as well (the systemd driver on a systemd host), as
+    /// the kubelet's cgroup manager does; without it only directories are removed.
+    pub fn with_systemd(mut self, units: Arc<Systemd>) -> Self {
+        self.units = Some(units);
+        self
     }
 
     /// Reads the hierarchies from a mountinfo file (`/proc/self/mountinfo` in production).
@@ -305,6 +328,35 @@ impl CgroupManager {
                 }
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(pass))).await;
             }
+        }
+        if let (CgroupDriver::Systemd, Some(units)) = (self.naming.driver, &self.units) {
+            // every QoS class: a slice whose directory is gone may still be an active unit
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                let rel = self.naming.pod_cgroup(uid, qos);
+                let Some(unit) = rel.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                match units.stop_slice(unit).await {
+                    Ok(true) => report.stopped_units += 1,
+                    Ok(false) => {}
+                    Err(source @ SystemdError::StillActive { .. }) => {
+                        return Err(CgroupError::Systemd {
+                            uid: uid.to_string(),
+                            source: Box::new(source),
+                        });
+                    }
+                    // no bus or no systemd answer: the directories still go below; the unit
+                    // is stopped on a later pass if this pod is destroyed again
+                    Err(e) => tracing::warn!(podUID = %uid, unit, err = %e,
+                        "pod slice not stopped through systemd; removing its directories only"),
+                }
+            }
+        }
+        for (_, dir) in &dirs {
             report.removed_dirs += remove_tree(uid, dir).await?;
         }
         Ok(report)
@@ -574,5 +626,34 @@ mod tests {
         assert!(sibling.exists(), "another pod's cgroup must stay");
         // idempotent
         assert_eq!(m.destroy(&u).await.unwrap(), DestroyReport::default());
+    }
+
+    #[tokio::test]
+    async fn systemd_driver_without_a_bus_still_removes_the_slice_directories() {
+        let root = tempfile::tempdir().unwrap();
+        let naming = CgroupNaming::new(CgroupDriver::Systemd, "/").unwrap();
+        let bus = root.path().join("no-bus");
+        let m = CgroupManager::new(
+            vec![Hierarchy {
+                mount_point: root.path().join("fs"),
+                version: CgroupVersion::V2,
+            }],
+            naming.clone(),
+        )
+        .with_systemd(Arc::new(Systemd::new(&bus)));
+        let u = uid();
+        let pod = root
+            .path()
+            .join("fs")
+            .join(naming.pod_cgroup(&u, QosClass::BestEffort));
+        assert!(pod.ends_with(format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            u.as_str().replace('-', "_")
+        )));
+        std::fs::create_dir_all(pod.join("cri-containerd-abc.scope")).unwrap();
+        let r = m.destroy(&u).await.unwrap();
+        assert_eq!((r.removed_dirs, r.stopped_units), (2, 0));
+        assert!(!pod.exists());
+        assert!(pod.parent().unwrap().exists(), "the QoS slice stays");
     }
 }

@@ -37,6 +37,7 @@ pub mod pod;
 pub mod sd_notify;
 pub mod server;
 pub mod status;
+pub mod systemd;
 pub mod testbed;
 pub mod volumes;
 pub mod workers;

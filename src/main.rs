@@ -165,6 +165,12 @@ fn main() {
     let r = rt.block_on(async move {
         match cli.command {
             Command::Version => {
+                #[cfg(feature = "test-hooks")]
+                println!(
+                    "reaplet {} (test-hooks: not for production)",
+                    env!("CARGO_PKG_VERSION")
+                );
+                #[cfg(not(feature = "test-hooks"))]
                 println!("reaplet {}", env!("CARGO_PKG_VERSION"));
                 Ok(0)
             }
@@ -317,6 +323,10 @@ async fn run(s: Settings) -> Result<()> {
         metrics_bind_address: Some(s.metrics_bind_address),
         notify_socket: std::env::var("NOTIFY_SOCKET").ok(),
         watchdog,
+        // pod slices are systemd units only when systemd runs the host
+        systemd_bus: std::path::Path::new("/run/systemd/system")
+            .is_dir()
+            .then(|| reaplet::systemd::SYSTEM_BUS.into()),
     };
     let cancel = CancellationToken::new();
     let stopper = cancel.clone();

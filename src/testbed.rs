@@ -4,7 +4,7 @@
 //! * [`Testbed`] runs a private containerd through `testbed/testbed.sh` (own socket, state,
 //!   and cgroup root) and tears it down on drop: pods first, then containerd, then cgroups.
 //! * [`launch`] creates a pod through CRI like the kubelet: sandbox metadata and labels, log
-//!   directory, cgroup parent by QoS class (cgroupfs naming), namespace options on the sandbox
+//!   directory, cgroup parent by QoS class (in the test bed's driver naming), namespace options on the sandbox
 //!   and the same options on every container, the kubelet's container labels and annotations
 //!   (grace, preStop handler JSON, restart count), sidecars started first.
 //!
@@ -27,6 +27,9 @@ pub struct Testbed {
     pub socket: PathBuf,
     /// The cgroup root test pods go below (`/reaplet-tb-<name>`), in every hierarchy.
     pub cgroup_root: String,
+    /// How pod cgroups are named (cgroupfs for the private containerd here; the VM test's
+    /// containerd uses the systemd driver).
+    pub driver: CgroupDriver,
     /// The script that started it; `None` for an attached instance (left running on drop).
     script: Option<PathBuf>,
 }
@@ -54,6 +57,7 @@ impl Testbed {
             socket: dir.join("containerd.sock"),
             dir,
             cgroup_root,
+            driver: CgroupDriver::Cgroupfs,
             script: Some(script),
         };
         // a previous run that was killed may have left this instance behind
@@ -74,8 +78,17 @@ impl Testbed {
             socket: dir.join("containerd.sock"),
             dir,
             cgroup_root,
+            driver: CgroupDriver::Cgroupfs,
             script: None,
         }
+    }
+
+    /// Another socket (a system containerd's) and cgroup driver for an attached instance;
+    /// `dir` still holds the pod logs.
+    pub fn with_runtime(mut self, socket: PathBuf, driver: CgroupDriver) -> Testbed {
+        self.socket = socket;
+        self.driver = driver;
+        self
     }
 
     fn run(&self, cmd: &str) -> std::io::Result<std::process::Output> {
@@ -104,7 +117,7 @@ impl Testbed {
     }
 
     pub fn naming(&self) -> CgroupNaming {
-        CgroupNaming::new(CgroupDriver::Cgroupfs, &self.cgroup_root).expect("valid cgroup root")
+        CgroupNaming::new(self.driver, &self.cgroup_root).expect("valid cgroup root")
     }
 
     /// containerd's log, for failure messages.

@@ -211,6 +211,10 @@ struct Inner<R> {
     /// Housekeeping's last pass (ms since `started`), for the watchdog.
     heartbeat: std::sync::atomic::AtomicU64,
     started: Instant,
+    /// Test hook (feature `test-hooks`, never in release packages): a frozen housekeeping
+    /// loop stops at its next pass forever, as a wedged main loop would.
+    #[cfg(feature = "test-hooks")]
+    frozen: Notify,
 }
 
 /// The pipeline: pod workers plus housekeeping. Cheap to clone.
@@ -253,8 +257,17 @@ impl<R: Runtime> PodWorkers<R> {
                 metrics: OnceLock::new(),
                 heartbeat: std::sync::atomic::AtomicU64::new(0),
                 started: Instant::now(),
+                #[cfg(feature = "test-hooks")]
+                frozen: Notify::new(),
             }),
         }
+    }
+
+    /// Test hook (feature `test-hooks`): wedges the housekeeping loop for good, so the
+    /// watchdog path can be exercised. Not compiled into release packages.
+    #[cfg(feature = "test-hooks")]
+    pub fn freeze_housekeeping(&self) {
+        self.inner.frozen.notify_one();
     }
 
     /// Connects the metrics. Call before feeding pods; a second call is ignored.
@@ -480,8 +493,17 @@ impl<R: Runtime> PodWorkers<R> {
             } else {
                 self.inner.config.relist_period
             };
+            #[cfg(feature = "test-hooks")]
+            let frozen = self.inner.frozen.notified();
+            #[cfg(not(feature = "test-hooks"))]
+            let frozen = std::future::pending::<()>();
             tokio::select! {
                 _ = cancel.cancelled() => return,
+                _ = frozen => {
+                    tracing::warn!("test hook: housekeeping frozen");
+                    cancel.cancelled().await;
+                    return;
+                }
                 _ = tokio::time::sleep(period) => {}
                 _ = self.inner.relist_now.notified() => {}
                 ev = recv_opt(&mut events) => {

@@ -41,27 +41,36 @@ pub const ANNOTATION_PRESTOP: &str = "io.kubernetes.container.preStopHandler";
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
 /// Errors of a runtime call. `op` is the CRI method, `id` the object it was about (if any).
+/// `" <id>"`, or nothing for calls about no particular object (`Version`, `List*`).
+fn spaced(id: &str) -> String {
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!(" {id}")
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
     #[error("invalid runtime endpoint {endpoint:?}: {reason}")]
     Endpoint { endpoint: String, reason: String },
-    #[error("{op} {id}: not found")]
+    #[error("{op}{}: not found", spaced(.id))]
     NotFound { op: &'static str, id: String },
     #[error("{op}: not implemented by the runtime")]
     Unimplemented { op: &'static str },
-    #[error("{op} {id}: deadline of {timeout:?} exceeded")]
+    #[error("{op}{}: deadline of {timeout:?} exceeded", spaced(.id))]
     DeadlineExceeded {
         op: &'static str,
         id: String,
         timeout: Duration,
     },
-    #[error("{op} {id}: runtime unavailable: {message}")]
+    #[error("{op}{}: runtime unavailable: {message}", spaced(.id))]
     Unavailable {
         op: &'static str,
         id: String,
         message: String,
     },
-    #[error("{op} {id}: {code:?}: {message}")]
+    #[error("{op}{}: {code:?}: {message}", spaced(.id))]
     Rpc {
         op: &'static str,
         id: String,

@@ -1,0 +1,37 @@
+#!/bin/bash
+# reaplet VM test runner (guest side). The host attaches two raw disks, found here by their
+# virtio serial: reaplet-in (a tar: the guest driver `vm-guest`, the reaplet binary, its unit
+# and config, the images) and reaplet-out (written here: a tar of the results and the logs,
+# also when something failed).
+set -u
+by_serial() {
+    local d
+    for d in /sys/block/vd*; do
+        [ "$(cat "$d/serial" 2>/dev/null)" = "$1" ] && { echo "/dev/${d##*/}"; return 0; }
+    done
+    return 1
+}
+# the inputs (a few hundred MB of debug binaries) go on the root disk, not on a small tmpfs
+IN=/var/tmp/reaplet-vm/in
+OUT=/var/tmp/reaplet-vm/out
+rm -rf "$IN" "$OUT"
+mkdir -p "$IN" "$OUT"
+out=$(by_serial reaplet-out) || { echo "runner: no reaplet-out disk"; exit 1; }
+rc=0
+if ! in=$(by_serial reaplet-in); then
+    echo "runner: no reaplet-in disk" | tee "$OUT/driver.log"
+    rc=1
+elif ! tar -xf "$in" -C "$IN" 2>"$OUT/driver.log"; then
+    echo "runner: cannot read the input disk" | tee -a "$OUT/driver.log"
+    rc=1
+else
+    echo "runner: guest driver starting"
+    "$IN/vm-guest" --guest "$IN" "$OUT" 2>&1 | tee "$OUT/driver.log"
+    rc=${PIPESTATUS[0]}
+fi
+echo "$rc" >"$OUT/rc"
+journalctl -b --no-pager -o short-monotonic -u reaplet >"$OUT/reaplet.journal" 2>&1
+journalctl -b --no-pager -o short-monotonic -u containerd >"$OUT/containerd.journal" 2>&1
+journalctl -b --no-pager -o short-monotonic >"$OUT/boot.journal" 2>&1
+tar -cf "$out" -C "$OUT" . && sync
+echo "runner: done (driver exit $rc)"

@@ -1,0 +1,50 @@
+//! The VM test: reaplet as a systemd service next to containerd, in a Debian 12 guest under
+//! qemu (TCG), with containerd on the **systemd cgroup driver**. The development machines' PID 1
+//! is not systemd, so READY/WATCHDOG, ordering, "stop never kills pods" and systemd-driver
+//! cgroup naming can only be proven here.
+//!
+//! One binary, two roles:
+//! * **host** (what `cargo test` runs, `harness = false`): builds or finds the cached image
+//!   (`testbed/vm/image.sh`) and the test images (`testbed/testbed.sh images`), packs the inputs
+//!   (this binary, the freshly built `reaplet`, the repository's `systemd/reaplet.service` and
+//!   `testbed/vm/config.yaml`, the images) onto a raw disk, boots one VM, reads the results disk
+//!   and reports every scenario individually, with the guest's journals on failure;
+//! * **guest** (`vm-guest --guest IN OUT`, started by the guest's runner unit): installs reaplet
+//!   as the unit says, runs the scenarios in order and writes `results.jsonl` into OUT.
+//!
+//! Needs root on the host (image build). When qemu cannot run, the test fails loudly.
+
+mod guest;
+mod host;
+
+use serde::{Deserialize, Serialize};
+
+/// Every scenario the guest must report; the host fails on any that is missing.
+pub const SCENARIOS: &[&str] = &[
+    "check_passes",
+    "ready_only_after_cri",
+    "orphan_stopped_with_grace_1",
+    "manifest_removal_terminates",
+    "pod_slices_removed",
+    "stop_leaves_pods_running",
+    "watchdog_restarts_hung_loop",
+];
+
+/// One line of `results.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub scenario: String,
+    pub ok: bool,
+    pub secs: f64,
+    pub detail: String,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = if args.first().map(String::as_str) == Some("--guest") {
+        guest::main(&args[1..])
+    } else {
+        host::main(&args)
+    };
+    std::process::exit(code);
+}
