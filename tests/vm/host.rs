@@ -70,7 +70,7 @@ pub fn main(args: &[String]) -> i32 {
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let t0 = Instant::now();
-    println!("vm: preparing the image (cached under ~/.cache/reaplet/vm)");
+    println!("vm: preparing the image (testbed/vm/image.sh)");
     let image = match script_dir(repo, "testbed/vm/image.sh", &[]) {
         Ok(d) => d,
         Err(e) => return loud(&format!("no VM image: {e}")),
@@ -80,6 +80,7 @@ pub fn main(args: &[String]) -> i32 {
         Err(e) => return loud(&format!("no container images: {e}")),
     };
     let prepared = t0.elapsed();
+    println!("vm: image {}", image.display());
     match Command::new(QEMU).arg("--version").output() {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
