@@ -14,6 +14,7 @@ use crate::file_source;
 use crate::testbed::{
     self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
+use crate::wall_ns;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -53,13 +54,6 @@ pub struct DemoConfig {
     pub testbed_dir: PathBuf,
     pub cgroup_root: String,
     pub mountinfo: PathBuf,
-}
-
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 /// Runs the demo; returns the runtime's version line and the report.

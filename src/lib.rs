@@ -41,3 +41,12 @@ pub mod systemd;
 pub mod testbed;
 pub mod volumes;
 pub mod workers;
+
+/// Wall-clock nanoseconds since the epoch: the unit of CRI timestamps (`created_at`,
+/// `finished_at`). Saturates instead of wrapping; 0 if the clock is before 1970.
+pub fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

@@ -26,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
 use crate::status::ContainerFinal;
 use crate::volumes;
+use crate::wall_ns;
 use futures_util::future::BoxFuture;
 use rand::Rng;
 use std::collections::HashMap;
@@ -688,13 +689,6 @@ fn desired_view(p: &PodInfo) -> PodView {
 
 fn source_of(pod: &PodInfo) -> &'static str {
     if pod.static_pod { "file" } else { "api" }
-}
-
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {

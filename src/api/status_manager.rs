@@ -10,13 +10,15 @@
 //! * DELETE (`gracePeriodSeconds: 0`, `preconditions.uid`) only when the object has a
 //!   deletionTimestamp, is not a static/mirror pod, its stored phase is terminal and the
 //!   node-side cleanup (volumes, cgroup) finished; 404 and 409 mean someone else did it;
-//! * no lock is held across an API call.
+//! * no lock is held across an API call; up to 32 pods are synced at once, one pod's requests
+//!   stay in order (status, then delete).
 
 use super::{RateLimiter, status_code};
 use crate::lifecycle::{KillReason, backoff};
 use crate::pod::{PodInfo, PodUid};
 use crate::status::{self, ContainerFinal, TerminalStatus};
 use crate::workers::StatusSink;
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use std::collections::HashMap;
@@ -26,6 +28,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+/// Pods whose status and delete requests are in flight at once.
+const SYNC_CONCURRENCY: usize = 32;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -168,22 +173,27 @@ impl StatusManager {
             })
             .map(|(u, _)| u.clone())
             .collect();
-        for uid in due {
-            let outcome = self.sync_one(&uid).await;
-            let mut entries = self.entries();
-            if let Some(e) = entries.get_mut(&uid) {
-                match outcome {
-                    Outcome::Retry => {
-                        e.failures += 1;
-                        e.retry_at = Some(Instant::now() + backoff(e.failures));
-                    }
-                    Outcome::Done | Outcome::Nothing => {
-                        e.failures = 0;
-                        e.retry_at = None;
+        // several pods at once (the rate limiter still bounds the request rate): one slow or
+        // retried pod never holds the others back, and a burst of terminations is not
+        // serialised behind one request at a time
+        futures_util::stream::iter(due)
+            .for_each_concurrent(SYNC_CONCURRENCY, |uid| async move {
+                let outcome = self.sync_one(&uid).await;
+                let mut entries = self.entries();
+                if let Some(e) = entries.get_mut(&uid) {
+                    match outcome {
+                        Outcome::Retry => {
+                            e.failures += 1;
+                            e.retry_at = Some(Instant::now() + backoff(e.failures));
+                        }
+                        Outcome::Done | Outcome::Nothing => {
+                            e.failures = 0;
+                            e.retry_at = None;
+                        }
                     }
                 }
-            }
-        }
+            })
+            .await;
     }
 
     async fn sync_one(&self, uid: &PodUid) -> Outcome {

@@ -70,6 +70,8 @@ struct Store {
     uid_counter: u64,
     /// (verb, resource[/subresource]) that SelfSubjectAccessReviews deny.
     denied: Vec<(String, String)>,
+    /// When each pod object left the store, by UID (benchmarks measure to this instant).
+    removed: HashMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -317,6 +319,11 @@ impl ApiServer {
 
     pub fn get_pod(&self, ns: &str, name: &str) -> Option<Value> {
         self.store().pods.get(&(ns.into(), name.into())).cloned()
+    }
+
+    /// When the pod with `uid` left the store, if it has.
+    pub fn removed_at(&self, uid: &str) -> Option<Instant> {
+        self.store().removed.get(uid).copied()
     }
 
     /// A client's DELETE (not recorded as reaplet's).
@@ -804,6 +811,8 @@ fn delete_pod(state: &Arc<State>, ns: &str, name: &str, opts: &Value) -> (u16, V
     pod["metadata"]["deletionGracePeriodSeconds"] = grace.into();
     if grace == 0 && !has_finalizers {
         s.pods.remove(&key);
+        let uid = field(&pod, "metadata.uid");
+        s.removed.insert(uid, Instant::now());
         s.emit(&state.events_tx, Kind::Pod, "DELETED", pod.clone());
     } else {
         s.pods.insert(key, pod.clone());

@@ -11,7 +11,7 @@ use reaplet::testbed::Testbed;
 use reaplet::workers::{PipelineConfig, PodView, PodWorkers};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -154,10 +154,7 @@ pub fn tail(s: &str, n: usize) -> String {
 
 /// Wall-clock nanoseconds, comparable with CRI timestamps.
 pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
+    reaplet::wall_ns()
 }
 
 pub fn secs(ns: i64) -> f64 {

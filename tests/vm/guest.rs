@@ -8,6 +8,7 @@ use reaplet::pod::{PodUid, QosClass};
 use reaplet::testbed::{
     self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
+use reaplet::wall_ns;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,13 +48,6 @@ struct Guest {
     cri: CriClient,
     node: String,
     failed: usize,
-}
-
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 fn secs(ns: i64) -> f64 {
