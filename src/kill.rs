@@ -9,6 +9,9 @@
 //! * per container: preStop (bounded by the grace), whole seconds deducted, 2 s floor, then
 //!   `StopContainer(id, grace)`; NotFound counts as stopped; a failed hook is reported and the
 //!   stop goes on;
+//! * a termination resumed after a restart of reaplet counts down to the pod's own deadline
+//!   (`PodInfo::kill_deadline`) with no new floor: past it, the stop is an immediate SIGKILL
+//!   and no hook runs, so restarts never push a kill past the deadline;
 //! * a preStop hook runs at most once per container, even when a shorter grace restarts the
 //!   kill ([`KillMemory`]);
 //! * sandboxes are stopped only after every container stop succeeded (the kubelet stops them
@@ -226,7 +229,11 @@ async fn kill_container<R: Runtime>(
             message,
         })
     };
-    let mut g = pod_grace;
+    // a resumed termination counts down to the pod's deadline, whatever happened before
+    let cap = pod
+        .kill_deadline
+        .map(|d| d.saturating_sub(crate::wall_ns() / 1_000_000_000).max(0));
+    let mut g = cap.map_or(pod_grace, |cap| pod_grace.min(cap));
     if let Some(handler) = &spec.pre_stop
         && g > 0
         && memory.claim_prestop(&c.id)
@@ -267,7 +274,12 @@ async fn kill_container<R: Runtime>(
         let _ = tokio::time::timeout(grace::as_duration(g), wait_all).await;
         g = grace::deduct(g, start.elapsed());
     }
-    let timeout = grace::container_stop_timeout(g);
+    // past a resumed pod's deadline the stop is an immediate SIGKILL; the floor was granted
+    // when the termination began
+    let timeout = match cap {
+        Some(_) => g.max(0),
+        None => grace::container_stop_timeout(g),
+    };
     tracing::info!(gracePeriod = timeout, "stopping container");
     match runtime.stop_container(&c.id, timeout).await {
         Ok(()) => Ok(()),
@@ -327,6 +339,37 @@ mod tests {
             "SIGTERM only after the hook"
         );
         assert_eq!(rt.exit_code("p-app"), Some(137));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_kill_counts_down_to_the_pod_deadline_without_a_new_floor() {
+        let now = crate::wall_ns() / 1_000_000_000;
+        // deadline passed (a reaplet restarted after it): immediate SIGKILL, no hook
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        let mut p = pod("p", &[("app", sleep_hook(4))], &[]);
+        p.kill_deadline = Some(now - 3);
+        run(&rt, &p, 1).await.unwrap();
+        assert_eq!(rt.stops_of("p-app")[0].0, 0, "past the deadline: timeout 0");
+        assert!(
+            !rt.calls()
+                .iter()
+                .any(|c| matches!(c, Call::ExecSync { .. })),
+            "no preStop hook past the deadline"
+        );
+        // deadline ahead: the grace is capped by it (never extended by the floor)
+        let rt = FakeRuntime::default();
+        rt.add_pod("q", &[("app", Behaviour::IgnoreTerm)]);
+        let mut q = pod("q", &[("app", None)], &[]);
+        q.kill_deadline = Some(now + 1);
+        run(&rt, &q, 30).await.unwrap();
+        let t = rt.stops_of("q-app")[0].0;
+        assert!((1..=2).contains(&t), "capped at the deadline, got {t}");
+        // no deadline: the ordinary floor
+        let rt = FakeRuntime::default();
+        rt.add_pod("r", &[("app", Behaviour::IgnoreTerm)]);
+        run(&rt, &pod("r", &[("app", None)], &[]), 1).await.unwrap();
+        assert_eq!(rt.stops_of("r-app")[0].0, 2);
     }
 
     #[tokio::test(start_paused = true)]

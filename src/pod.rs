@@ -131,6 +131,11 @@ pub struct PodInfo {
     pub deletion_grace: Option<i64>,
     /// `metadata.deletionTimestamp` in Unix seconds (the deadline the API server computed).
     pub deletion_timestamp: Option<i64>,
+    /// Unix seconds by which every container must have been killed. Set only when a
+    /// termination begun before this start of reaplet is resumed: a stop's grace then counts
+    /// down to this instant, with no new 2 s floor, so restarts (however many) never push a
+    /// SIGKILL past the pod's own deadline. `None`: the ordinary grace rules.
+    pub kill_deadline: Option<i64>,
     /// API phase is `Failed` or `Succeeded`.
     pub terminal_phase: bool,
     pub restart_policy: RestartPolicy,
@@ -237,6 +242,7 @@ impl PodInfo {
             spec_grace: spec.termination_grace_period_seconds,
             deletion_requested: meta.deletion_timestamp.is_some(),
             deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+            kill_deadline: None,
             deletion_grace: meta.deletion_grace_period_seconds,
             terminal_phase: matches!(phase, Some("Failed" | "Succeeded")),
             restart_policy: match spec.restart_policy.as_deref() {
@@ -308,6 +314,7 @@ impl PodInfo {
             deletion_requested: false,
             deletion_grace: None,
             deletion_timestamp: None,
+            kill_deadline: None,
             terminal_phase: false,
             restart_policy: RestartPolicy::Never,
             containers: specs,

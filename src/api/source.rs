@@ -66,6 +66,18 @@ pub fn resume_grace(pod: &PodInfo, now: i64) -> Option<i64> {
     (pod.deletion_requested && pod.deletion_grace.is_none_or(|g| left < g)).then_some(left)
 }
 
+/// The instant (Unix seconds) by which a resumed termination must have killed everything: the
+/// true deadline lies within the second after `deletionTimestamp`, and a pod whose grace was
+/// below the 2 s floor keeps the floor counted from its deletion.
+pub fn resume_deadline(pod: &PodInfo) -> Option<i64> {
+    let ts = pod.deletion_timestamp?;
+    let grace = pod.deletion_grace.unwrap_or(grace::MIN_CONTAINER_GRACE);
+    Some(
+        ts.saturating_add(1)
+            .saturating_add((grace::MIN_CONTAINER_GRACE - grace).max(0)),
+    )
+}
+
 /// Watches this node's pods until cancelled, feeding `workers` and `status`.
 pub async fn run<R: Runtime>(
     client: kube::Client,
@@ -105,13 +117,18 @@ pub async fn run<R: Runtime>(
                         s.forget(uid);
                     }
                 }
-                for (info, terminal) in batch.drain(..) {
+                for (mut info, terminal) in batch.drain(..) {
                     if let Some(s) = &status {
                         s.observe(&info, terminal);
                     }
                     let resume = (!resumed)
                         .then(|| resume_grace(&info, now_secs()))
                         .flatten();
+                    // every termination already under way when reaplet starts (whatever its
+                    // grace) counts down to the pod's deadline
+                    if !resumed && info.deletion_requested {
+                        info.kill_deadline = resume_deadline(&info);
+                    }
                     let uid = info.uid.clone();
                     workers.upsert(info);
                     if let Some(g) = resume {

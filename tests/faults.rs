@@ -1,0 +1,480 @@
+//! Faults (privileged: real containerd, mounts; needs root): reaplet SIGKILLed at random
+//! moments, a frozen shim, containerd restarted, the API server unreachable or failing. Each
+//! test counts what it tried and what was lost; the answer must be nothing.
+//!
+//! `REAPLET_FAULTS_LONG=1` runs the long versions (more pods, more kills);
+//! `REAPLET_FAULTS_SEED=<n>` replays a run's random kill moments.
+
+mod common;
+
+use common::apiserver::{ApiServer, Recorded};
+use common::*;
+use rand::{Rng, SeedableRng};
+use reaplet::cgroups::CgroupManager;
+use reaplet::cri::{ContainerRunState, Runtime};
+use reaplet::testbed::{
+    ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed, launch,
+};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How late a kill may come after its deadline plus the 2 s floor, for a reaplet that was
+/// SIGKILLed and restarted meanwhile: the restart itself (process start, list, watch) and
+/// the whole-second resolution of `deletionTimestamp`.
+const RESTART_ALLOWANCE: f64 = 3.0;
+
+fn long() -> bool {
+    std::env::var_os("REAPLET_FAULTS_LONG").is_some()
+}
+
+/// `reaplet run` against the test bed and the API server, logging to `log`.
+fn spawn_agent(tb: &Testbed, root: &Path, kubeconfig: &Path, log: &Path) -> Child {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("agent log");
+    reaplet_run(tb, &root.join("kubelet"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("spawning reaplet")
+}
+
+/// The first exit the runtime reported for each container: (exit code, finished_at ns).
+#[derive(Clone, Default)]
+struct Exits(Arc<Mutex<HashMap<String, (i32, i64)>>>);
+
+impl Exits {
+    /// Polls every container's status until each has exited (a finished pod's sandbox is
+    /// garbage-collected soon after, so statuses are read as they happen).
+    fn watch(&self, tb: &Testbed, ids: Vec<String>) -> tokio::task::JoinHandle<()> {
+        let client = tb.client();
+        let exits = self.0.clone();
+        tokio::spawn(async move {
+            loop {
+                let pending: Vec<&String> = {
+                    let e = exits.lock().unwrap();
+                    ids.iter().filter(|id| !e.contains_key(*id)).collect()
+                };
+                if pending.is_empty() {
+                    return;
+                }
+                for id in pending {
+                    if let Ok(st) = client.container_status(id).await
+                        && st.state == ContainerRunState::Exited
+                    {
+                        exits
+                            .lock()
+                            .unwrap()
+                            .insert(id.clone(), (st.exit_code, st.finished_at));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        })
+    }
+
+    fn get(&self, id: &str) -> Option<(i32, i64)> {
+        self.0.lock().unwrap().get(id).copied()
+    }
+}
+
+/// Maps the API server's `Instant`s to wall-clock ns.
+struct Clock {
+    at: Instant,
+    wall: i64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            at: Instant::now(),
+            wall: now_ns(),
+        }
+    }
+    fn wall(&self, i: Instant) -> i64 {
+        if i >= self.at {
+            self.wall + (i - self.at).as_nanos() as i64
+        } else {
+            self.wall - (self.at - i).as_nanos() as i64
+        }
+    }
+}
+
+/// One pod of the crash test and what is expected of it.
+struct Case {
+    t: PodTemplate,
+    p: LaunchedPod,
+    /// Exits on SIGTERM (else only SIGKILL at the grace ends it).
+    honours_term: bool,
+    /// A tmpfs mounted as one of its volumes, unmounted by the test.
+    volume: Option<PathBuf>,
+    /// Has a preStop hook.
+    hook: bool,
+}
+
+fn successful_deletes<'a>(writes: &'a [Recorded], name: &str, uid: &str) -> Vec<&'a Recorded> {
+    writes
+        .iter()
+        .filter(|r| {
+            r.method == "DELETE"
+                && r.path == format!("/api/v1/namespaces/default/pods/{name}")
+                && r.body["preconditions"]["uid"].as_str() == Some(uid)
+                && (200..300).contains(&r.status)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
+    let (n_pods, n_kills) = if long() { (60, 60) } else { (30, 20) };
+    let seed: u64 = std::env::var("REAPLET_FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("crash test: {n_pods} pods, {n_kills} SIGKILLs, seed {seed} (REAPLET_FAULTS_SEED)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tb = Testbed::start(repo(), "faults-crash");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let log = root.path().join("reaplet.log");
+    let clock = Clock::now();
+
+    // a mix: TERM-trapping, TERM-ignoring (SIGKILL at the grace), a preStop hook, a mounted
+    // volume, the 2 s floor
+    let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}});
+    let mut cases = Vec::new();
+    for i in 0..n_pods {
+        let name = format!("crash-{i}");
+        let (t, honours_term, volume) = match i % 5 {
+            0 => (
+                PodTemplate::new(&name, 5).container(ContainerTemplate::new("app", TRAPS_TERM)),
+                true,
+                false,
+            ),
+            1 => (
+                PodTemplate::new(&name, 3).container(ContainerTemplate::new("app", IGNORES_TERM)),
+                false,
+                false,
+            ),
+            2 => (
+                PodTemplate::new(&name, 10)
+                    .container(ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook.clone())),
+                true,
+                false,
+            ),
+            3 => (
+                PodTemplate::new(&name, 6).container(ContainerTemplate::new("app", IGNORES_TERM)),
+                false,
+                true,
+            ),
+            _ => (
+                PodTemplate::new(&name, 1).container(ContainerTemplate::new("app", IGNORES_TERM)),
+                false,
+                false,
+            ),
+        };
+        api.create_pod(t.api_object());
+        let p = launch(&tb, &t).await.expect("launching a pod");
+        let volume = volume.then(|| {
+            let v = root
+                .path()
+                .join("kubelet/pods")
+                .join(p.uid.as_str())
+                .join("volumes/kubernetes.io~empty-dir/data");
+            std::fs::create_dir_all(&v).unwrap();
+            let ok = Command::new("mount")
+                .args(["-t", "tmpfs", "tmpfs"])
+                .arg(&v)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "mounting a tmpfs needs root");
+            v
+        });
+        let hook = i % 5 == 2;
+        cases.push(Case {
+            t,
+            p,
+            honours_term,
+            volume,
+            hook,
+        });
+    }
+    struct Unmount(Vec<PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for v in &self.0 {
+                let _ = Command::new("umount").arg(v).stderr(Stdio::null()).status();
+            }
+        }
+    }
+    let _unmount = Unmount(cases.iter().filter_map(|c| c.volume.clone()).collect());
+    let exits = Exits::default();
+    let ids: Vec<String> = cases
+        .iter()
+        .flat_map(|c| c.p.containers.iter().map(|(_, id)| id.clone()))
+        .collect();
+
+    let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
+    // reaplet lists and watches; give it a moment to have every pod in sync
+    let start = Instant::now();
+    while !api.requests().iter().any(|r| {
+        r.query
+            .get("watch")
+            .is_some_and(|w| w == "true" || w == "1")
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "reaplet never watched"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let watcher = exits.watch(&tb, ids);
+    let t_del = now_ns();
+    for c in &cases {
+        api.delete_pod("default", &c.t.name, None);
+    }
+    // chaos: SIGKILL and restart at random moments over the terminations
+    let mut kills = 0;
+    let mut unmounted_at = None;
+    let mut recreated: Option<(String, Instant)> = None;
+    for _ in 0..n_kills {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..700))).await;
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+        kills += 1;
+        if rng.random_bool(0.5) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+        }
+        agent = spawn_agent(&tb, root.path(), &kc, &log);
+        // the volumes go away part way through (their pods wait for it)
+        if unmounted_at.is_none() && secs(now_ns() - t_del) > 8.0 {
+            for v in &_unmount.0 {
+                assert!(Command::new("umount").arg(v).status().unwrap().success());
+            }
+            unmounted_at = Some(now_ns());
+        }
+        // once crash-0 is gone, a new pod takes its name: reaplet must never touch it
+        if recreated.is_none() && api.get_pod("default", "crash-0").is_none() {
+            // a fresh template: a new UID under the old name
+            let again = PodTemplate::new("crash-0", 5)
+                .container(ContainerTemplate::new("app", TRAPS_TERM))
+                .api_object();
+            let created = api.create_pod(again);
+            let uid = created["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            recreated = Some((uid, Instant::now()));
+        }
+    }
+    let _g = KillOnDrop(agent.id());
+    if unmounted_at.is_none() {
+        for v in &_unmount.0 {
+            assert!(Command::new("umount").arg(v).status().unwrap().success());
+        }
+        unmounted_at = Some(now_ns());
+    }
+    let unmounted_at = unmounted_at.unwrap();
+
+    // every pod gone from the API
+    let limit = Instant::now() + Duration::from_secs(90);
+    loop {
+        let left: Vec<&str> = cases
+            .iter()
+            .filter(|c| {
+                api.get_pod("default", &c.t.name)
+                    .is_some_and(|p| p["metadata"]["uid"].as_str() == Some(c.t.uid.as_str()))
+            })
+            .map(|c| c.t.name.as_str())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < limit,
+            "pods still in the API after the crashes: {left:?}\n{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // the recreated pod under crash-0's name was created only after crash-0 was gone
+    if recreated.is_none() {
+        let again = PodTemplate::new("crash-0", 5)
+            .container(ContainerTemplate::new("app", TRAPS_TERM))
+            .api_object();
+        let created = api.create_pod(again);
+        recreated = Some((
+            created["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            Instant::now(),
+        ));
+    }
+    tokio::time::timeout(Duration::from_secs(30), watcher)
+        .await
+        .expect("every container's exit was seen")
+        .unwrap();
+
+    // nothing left in the runtime or the cgroup tree
+    let client = tb.client();
+    let cgroups =
+        CgroupManager::from_mountinfo(Path::new("/proc/self/mountinfo"), tb.naming()).unwrap();
+    let limit = Instant::now() + Duration::from_secs(30);
+    let mut leaks: Vec<String>;
+    loop {
+        leaks = Vec::new();
+        for c in &cases {
+            let uid = c.p.uid.as_str();
+            let sbs = client.list_sandboxes(Some(uid)).await.unwrap();
+            let cs = client.list_containers(Some(uid)).await.unwrap();
+            let cg = cgroups.existing(&c.p.uid).unwrap();
+            if !sbs.is_empty() || !cs.is_empty() || !cg.is_empty() {
+                leaks.push(format!(
+                    "{}: {} sandboxes, {} containers, {} cgroups",
+                    c.t.name,
+                    sbs.len(),
+                    cs.len(),
+                    cg.len()
+                ));
+            }
+        }
+        if leaks.is_empty() || Instant::now() > limit {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // timing rules, from the runtime's own timestamps and the API server's request log
+    let writes = api.writes();
+    let mut premature_deletes = Vec::new();
+    let mut early_kills = Vec::new();
+    let mut late_kills = Vec::new();
+    let mut hooks_cut = 0;
+    for c in &cases {
+        let grace = c.t.grace as f64;
+        let deletes = successful_deletes(&writes, &c.t.name, &c.t.uid);
+        let Some(del) = deletes.first() else {
+            premature_deletes.push(format!("{}: no successful DELETE with its UID", c.t.name));
+            continue;
+        };
+        let deleted_at = clock.wall(del.at);
+        for (name, id) in &c.p.containers {
+            let Some((code, finished)) = exits.get(id) else {
+                premature_deletes.push(format!("{}/{name}: exit never seen", c.t.name));
+                continue;
+            };
+            if deleted_at <= finished {
+                premature_deletes.push(format!(
+                    "{}: deleted {:.3} s before {name} stopped",
+                    c.t.name,
+                    secs(finished - deleted_at)
+                ));
+            }
+            let took = secs(finished - t_del);
+            // the 2 s floor: no container is killed sooner, whatever the pod's grace
+            let effective = grace.max(2.0);
+            if !c.honours_term {
+                if code != 137 || took < effective {
+                    early_kills.push(format!(
+                        "{}: exit {code} after {took:.3} s (grace {grace})",
+                        c.t.name
+                    ));
+                }
+            } else if code == 137 && c.hook && took >= effective {
+                // every restart of reaplet re-runs the preStop hook (as the kubelet's does);
+                // SIGKILLed every few hundred ms, the 1 s hook may never finish before the
+                // deadline, and the container is then SIGKILLed at its deadline: late, never
+                // early
+                hooks_cut += 1;
+            } else if code != 0 {
+                early_kills.push(format!(
+                    "{}: exit {code} after {took:.3} s: SIGTERM not honoured",
+                    c.t.name
+                ));
+            }
+            let bound = effective + 2.0 + RESTART_ALLOWANCE;
+            if took > bound {
+                late_kills.push(format!(
+                    "{}: stopped after {took:.3} s (bound {bound} s)",
+                    c.t.name
+                ));
+            }
+        }
+        if c.volume.is_some() && deleted_at <= unmounted_at {
+            premature_deletes.push(format!(
+                "{}: deleted before its volume was unmounted",
+                c.t.name
+            ));
+        }
+    }
+    let (new_uid, recreated_at) = recreated.unwrap();
+    let touched: Vec<&Recorded> = writes
+        .iter()
+        .filter(|r| {
+            r.at > recreated_at
+                && r.path
+                    .starts_with("/api/v1/namespaces/default/pods/crash-0")
+                && (200..300).contains(&r.status)
+        })
+        .collect();
+    let still = api.get_pod("default", "crash-0");
+    let recreated_ok = touched.is_empty()
+        && still.as_ref().and_then(|p| p["metadata"]["uid"].as_str()) == Some(new_uid.as_str())
+        && still
+            .as_ref()
+            .and_then(|p| p["metadata"]["deletionTimestamp"].as_str())
+            .is_none();
+    let status_patches = writes.iter().filter(|r| r.method == "PATCH").count();
+    println!(
+        "crash test: {kills} SIGKILLs survived; {} pods terminated; leaks {}; premature deletes {}; \
+         early or wrong kills {}; late kills {}; {hooks_cut} hook pods SIGKILLed at their deadline as restarts cut their \
+         preStop hook; recreated pod untouched: {recreated_ok}; \
+         {status_patches} status patches and {} successful deletes for {n_pods} pods",
+        cases.len(),
+        leaks.len(),
+        premature_deletes.len(),
+        early_kills.len(),
+        late_kills.len(),
+        cases
+            .iter()
+            .map(|c| successful_deletes(&writes, &c.t.name, &c.t.uid).len())
+            .sum::<usize>(),
+    );
+    let agent_log = || tail(&std::fs::read_to_string(&log).unwrap_or_default(), 80);
+    assert!(
+        leaks.is_empty(),
+        "leaked runtime objects or cgroups: {leaks:#?}\n{}",
+        agent_log()
+    );
+    assert!(
+        premature_deletes.is_empty(),
+        "premature deletes: {premature_deletes:#?}"
+    );
+    assert!(
+        early_kills.is_empty(),
+        "kills before the grace: {early_kills:#?}\n{}",
+        agent_log()
+    );
+    assert!(
+        late_kills.is_empty(),
+        "kills after the deadline: {late_kills:#?}\n{}",
+        agent_log()
+    );
+    assert!(
+        recreated_ok,
+        "the recreated crash-0 was touched: {touched:#?}\n{still:#?}"
+    );
+}
