@@ -57,6 +57,8 @@ pub struct Metrics {
     pub termination_duration: Histogram,
     pub termination_stage_duration: Family<StageLabel, Histogram, fn() -> Histogram>,
     pub events_dropped: Counter,
+    /// Kills still running past their grace plus the slack (the `ExceededGracePeriod` event).
+    pub exceeded_grace_period: Counter,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -87,6 +89,7 @@ impl Metrics {
             termination_duration: new_hist(),
             termination_stage_duration: Family::new_with_constructor(new_hist),
             events_dropped: Counter::default(),
+            exceeded_grace_period: Counter::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -144,6 +147,11 @@ impl Metrics {
             "events_dropped",
             "Pod events dropped because the event queue was full",
             m.events_dropped.clone(),
+        );
+        registry.register(
+            "pods_exceeded_grace_period",
+            "Pod kills the runtime had not finished 10 s after their grace period (an ExceededGracePeriod event each)",
+            m.exceeded_grace_period.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -729,7 +729,11 @@ async fn worker_loop<R: Runtime>(
     let mut kill_fut: Option<KillFuture> = None;
     let mut cleanup_fut: Option<CleanupFuture> = None;
     let mut retry: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    // ExceededGracePeriod: armed when the kill first starts (or earlier for a shorter grace),
+    // kept across failed attempts and their retries, reported once
     let mut overdue: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut overdue_at: Option<Instant> = None;
+    let mut overdue_reported = false;
     let mut notices: Vec<oneshot::Sender<()>> = Vec::new();
     let mut step_name: &'static str = "waiting";
     let mut finals: Vec<ContainerFinal> = Vec::new();
@@ -758,7 +762,10 @@ async fn worker_loop<R: Runtime>(
             }
             (generation, r) = poll_opt(&mut kill_fut) => {
                 kill_fut = None;
-                overdue = None;
+                if r.is_ok() {
+                    overdue = None;
+                    overdue_at = None;
+                }
                 match &r {
                     Ok(rep) => {
                         tracing::info!(
@@ -798,7 +805,12 @@ async fn worker_loop<R: Runtime>(
             }
             _ = poll_opt(&mut overdue) => {
                 overdue = None;
+                overdue_at = None;
+                overdue_reported = true;
                 tracing::warn!(gracePeriod = m.grace, "runtime did not stop the pod within its grace period");
+                if let Some(mx) = &metrics {
+                    mx.exceeded_grace_period.inc();
+                }
                 inner.events.record(PodEvent {
                     uid: pod.uid.clone(),
                     namespace: pod.namespace.clone(),
@@ -858,9 +870,13 @@ async fn worker_loop<R: Runtime>(
                         }
                         retry = None;
                         let reason = m.reason.as_ref().map_or("unknown", KillReason::as_str);
-                        let deadline = grace::as_duration(grace::container_stop_timeout(grace))
+                        let at = Instant::now()
+                            + grace::as_duration(grace::container_stop_timeout(grace))
                             + inner.config.exceeded_grace_slack;
-                        overdue = Some(Box::pin(tokio::time::sleep(deadline)));
+                        if !overdue_reported && overdue_at.is_none_or(|o| at < o) {
+                            overdue = Some(Box::pin(tokio::time::sleep_until(at)));
+                            overdue_at = Some(at);
+                        }
                         kill_fut = Some(match inner.authority.check(&pod.uid, reason) {
                             Ok(()) => {
                                 let inner = inner.clone();
@@ -881,6 +897,7 @@ async fn worker_loop<R: Runtime>(
                             Err(e) => {
                                 tracing::warn!(err = %e, "kill refused by the authority check");
                                 overdue = None;
+                                overdue_at = None;
                                 Box::pin(
                                     async move { (generation, Err(kill::KillError::Refused(e))) },
                                 )

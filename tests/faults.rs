@@ -478,3 +478,170 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
         "the recreated crash-0 was touched: {touched:#?}\n{still:#?}"
     );
 }
+
+/// SIGCONTs a frozen process when dropped, so a failed test never leaves a shim stopped.
+struct Thaw(u32);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// The containerd shim serving `sandbox_id` (containerd 1.6 runs one per pod).
+fn shim_pid(sandbox_id: &str) -> u32 {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("containerd-shim-runc-v2 .*-id {sandbox_id}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the pod's shim is running")
+}
+
+async fn metric(addr: &str, name: &str) -> f64 {
+    let Ok((200, body)) = reaplet::server::fetch(addr.parse().unwrap(), "/metrics").await else {
+        return f64::NAN;
+    };
+    body.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_shim_holds_back_only_its_own_pod() {
+    let tb = Testbed::start(repo(), "faults-hung");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let log = root.path().join("reaplet.log");
+    let mut pods = Vec::new();
+    for (i, script) in [
+        TRAPS_TERM,
+        TRAPS_TERM,
+        IGNORES_TERM,
+        IGNORES_TERM,
+        TRAPS_TERM,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = PodTemplate::new(&format!("hung-{i}"), 2)
+            .container(ContainerTemplate::new("app", script));
+        api.create_pod(t.api_object());
+        let p = launch(&tb, &t).await.unwrap();
+        pods.push((t, p));
+    }
+    // a short runtime request timeout: the hung StopContainer (timeout + grace) fails and is
+    // retried with backoff instead of waiting the default 2 minutes
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let status = format!("127.0.0.1:{port}");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut agent = reaplet_run(&tb, &root.path().join("kubelet"))
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["--metrics-bind-address", &status])
+        .args(["--runtime-request-timeout", "5s"])
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let _g = KillOnDrop(agent.id());
+    let start = Instant::now();
+    while !matches!(
+        reaplet::server::fetch(status.parse().unwrap(), "/readyz").await,
+        Ok((200, _))
+    ) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "reaplet never ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (victim_t, victim) = &pods[0];
+    let shim = shim_pid(&victim.sandbox_id);
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &shim.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let thaw = Thaw(shim);
+    let t0 = Instant::now();
+    for (t, _) in &pods {
+        api.delete_pod("default", &t.name, None);
+    }
+    // every other pod ends on its own grace, untouched by the stuck one
+    let mut others_gone = Vec::new();
+    for (t, _) in &pods[1..] {
+        while api.get_pod("default", &t.name).is_some() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "{} held back by the frozen shim of another pod\n{}",
+                t.name,
+                tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        others_gone.push(t0.elapsed().as_secs_f64());
+    }
+    assert!(
+        api.get_pod("default", &victim_t.name).is_some(),
+        "the frozen pod cannot be gone"
+    );
+    // the stuck pod: ExceededGracePeriod (grace 2 + 10 s slack), the metric, failed attempts
+    let event = loop {
+        if let Some(e) = api
+            .events()
+            .into_iter()
+            .find(|e| e["reason"] == "ExceededGracePeriod")
+        {
+            break e;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no ExceededGracePeriod event"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let event_after = t0.elapsed().as_secs_f64();
+    assert_eq!(event["involvedObject"]["name"], victim_t.name.as_str());
+    assert_eq!(
+        metric(&status, "reaplet_pods_exceeded_grace_period_total").await,
+        1.0
+    );
+    // the runtime recovers: the stuck pod finishes
+    drop(thaw);
+    let recovered = Instant::now();
+    while api.get_pod("default", &victim_t.name).is_some() {
+        assert!(
+            recovered.elapsed() < Duration::from_secs(60),
+            "the stuck pod never finished after the shim was thawed\n{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let failed = agent_log.matches("killing pod failed; will retry").count();
+    println!(
+        "hung runtime: the other 4 pods gone after {others_gone:.2?} s; ExceededGracePeriod after \
+         {event_after:.1} s; {failed} failed kill attempts retried with backoff; the stuck pod gone \
+         {:.1} s after the shim was thawed",
+        recovered.elapsed().as_secs_f64()
+    );
+    assert!(failed >= 1, "the hung StopContainer never hit its deadline");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
