@@ -48,6 +48,23 @@ fn spawn_agent(tb: &Testbed, root: &Path, kubeconfig: &Path, log: &Path) -> Chil
         .expect("spawning reaplet")
 }
 
+/// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
+async fn wait_watching(api: &ApiServer) {
+    let start = Instant::now();
+    while !api.requests().iter().any(|r| {
+        r.query
+            .get("watch")
+            .is_some_and(|w| w == "true" || w == "1")
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "reaplet never watched"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
 /// The first exit the runtime reported for each container: (exit code, finished_at ns).
 #[derive(Clone, Default)]
 struct Exits(Arc<Mutex<HashMap<String, (i32, i64)>>>);
@@ -226,19 +243,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
 
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
     // reaplet lists and watches; give it a moment to have every pod in sync
-    let start = Instant::now();
-    while !api.requests().iter().any(|r| {
-        r.query
-            .get("watch")
-            .is_some_and(|w| w == "true" || w == "1")
-    }) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "reaplet never watched"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_watching(&api).await;
 
     let watcher = exits.watch(&tb, ids);
     let t_del = now_ns();
@@ -642,6 +647,143 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
         recovered.elapsed().as_secs_f64()
     );
     assert!(failed >= 1, "the hung StopContainer never hit its deadline");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_outage_and_error_storms_lose_no_status_or_delete() {
+    let outage = Duration::from_secs(if long() { 60 } else { 30 });
+    let storm = Duration::from_secs(10);
+    let tb = Testbed::start(repo(), "faults-api");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    // kept after the run, for the timeline behind the figures
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults-api-reaplet.log");
+    let _ = std::fs::remove_file(&log);
+    let mut pods = Vec::new();
+    for i in 0..7 {
+        let script = if i % 2 == 0 { TRAPS_TERM } else { IGNORES_TERM };
+        let t = PodTemplate::new(&format!("api-{i}"), 3)
+            .container(ContainerTemplate::new("app", script));
+        api.create_pod(t.api_object());
+        let p = launch(&tb, &t).await.unwrap();
+        pods.push((t, p));
+    }
+    let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
+    let _g = KillOnDrop(agent.id());
+    wait_watching(&api).await;
+    let gone =
+        |api: &ApiServer, names: &[&str]| names.iter().all(|n| api.get_pod("default", n).is_none());
+    let wait_gone = |names: Vec<String>, limit: Duration| {
+        let api = &api;
+        let log = &log;
+        async move {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let t = Instant::now();
+            while !gone(api, &names) {
+                assert!(
+                    t.elapsed() < limit,
+                    "pods {names:?} not gone after {limit:?}\n{}",
+                    tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            t.elapsed()
+        }
+    };
+
+    // 1. unreachable for 30 s right after three deletions were observed
+    for (t, _) in &pods[0..3] {
+        api.delete_pod("default", &t.name, None);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.refuse_connections_for(outage);
+    let outage_start = Instant::now();
+    // the runtime side goes on meanwhile: every container stops on its own grace
+    let exits = Exits::default();
+    let watcher = exits.watch(
+        &tb,
+        pods[0..3]
+            .iter()
+            .map(|(_, p)| p.container_id("app").to_owned())
+            .collect(),
+    );
+    tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .expect("containers stopped during the outage")
+        .unwrap();
+    assert!(
+        outage_start.elapsed() < outage,
+        "the runtime side waited for the API"
+    );
+    let names: Vec<String> = pods[0..3].iter().map(|(t, _)| t.name.clone()).collect();
+    wait_gone(names, outage + Duration::from_secs(30)).await;
+    assert!(
+        outage_start.elapsed() >= outage,
+        "gone while the API was unreachable?"
+    );
+    let after_outage = (outage_start.elapsed() - outage).as_secs_f64();
+
+    // 2. storms of 429 and then 500 answers while two pods each terminate
+    let mut storms = Vec::new();
+    for (code, chunk) in [(429u16, &pods[3..5]), (500, &pods[5..6])] {
+        let before = api.requests().len();
+        for (t, _) in chunk {
+            api.delete_pod("default", &t.name, None);
+        }
+        api.fail_for(storm, code);
+        let names: Vec<String> = chunk.iter().map(|(t, _)| t.name.clone()).collect();
+        let took = wait_gone(names, storm + Duration::from_secs(40)).await;
+        let reqs = api.requests();
+        let failed: Vec<&Recorded> = reqs[before..].iter().filter(|r| r.status == code).collect();
+        let writes_failed = failed.iter().filter(|r| r.method != "GET").count();
+        storms.push((code, failed.len(), writes_failed, took.as_secs_f64()));
+        // back within seconds of the storm's end, never blind for a long backoff
+        assert!(
+            took <= storm + Duration::from_secs(12),
+            "pods gone {took:?} after a {storm:?} storm of {code}"
+        );
+        // backing off: a handful of retries per pod over 10 s, not a hammering loop
+        assert!(
+            failed.len() <= 40,
+            "{} requests answered {code} in {storm:?}: reaplet is hammering the API server",
+            failed.len()
+        );
+    }
+
+    // nothing lost, nothing duplicated into harm, the control pod untouched
+    let writes = api.writes();
+    for (t, _) in &pods[0..6] {
+        let deletes = successful_deletes(&writes, &t.name, &t.uid);
+        assert_eq!(
+            deletes.len(),
+            1,
+            "{}: {} successful deletes",
+            t.name,
+            deletes.len()
+        );
+        let patched = writes.iter().any(|r| {
+            r.method == "PATCH"
+                && r.path == format!("/api/v1/namespaces/default/pods/{}/status", t.name)
+                && (200..300).contains(&r.status)
+        });
+        assert!(patched, "{}: its terminal status never arrived", t.name);
+    }
+    let control = &pods[6].0;
+    assert!(
+        writes
+            .iter()
+            .all(|r| !r.path.contains(&format!("/pods/{}", control.name))),
+        "the pod nobody deleted was written to"
+    );
+    assert!(api.get_pod("default", &control.name).is_some());
+    println!(
+        "API trouble: 3 pods gone {after_outage:.1} s after a {outage:?} outage ended; storms \
+         (code, requests answered with it, of which writes, pods gone after): {storms:?}; \
+         1 successful delete and a terminal status per pod; the control pod untouched"
+    );
     agent.kill().unwrap();
     agent.wait().unwrap();
 }

@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use std::collections::HashSet;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The source name for [`PodWorkers::expect_sources`].
@@ -66,6 +67,57 @@ pub fn resume_grace(pod: &PodInfo, now: i64) -> Option<i64> {
     (pod.deletion_requested && pod.deletion_grace.is_none_or(|g| left < g)).then_some(left)
 }
 
+/// The watch's retry delays: 250 ms doubling up to 5 s, each drawn from its upper half
+/// (jitter), back to the start after any event arrives or 30 s without a retry. client-go's
+/// (and kube-rs's default) 800 ms..30 s with full jitter left reaplet blind for up to a minute
+/// after a long API outage: pods deleted right after the recovery went unseen (measured in
+/// `tests/faults.rs`).
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    last: Option<std::time::Instant>,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(5);
+    const RESET_AFTER: Duration = Duration::from_secs(30);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            next: Self::MIN,
+            last: None,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.duration_since(l) > Self::RESET_AFTER)
+        {
+            self.next = Self::MIN;
+        }
+        self.last = Some(now);
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        let half = d / 2;
+        Some(half + half.mul_f64(rand::random::<f64>()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// The instant (Unix seconds) by which a resumed termination must have killed everything: the
 /// true deadline lies within the second after `deletionTimestamp`, and a pod whose grace was
 /// below the 2 s floor keeps the floor counted from its deletion.
@@ -91,9 +143,11 @@ pub async fn run<R: Runtime>(
     let (_reader, writer) = reflector::store();
     let stream = reflector(
         writer,
-        watcher(api, config).default_backoff().modify(|p| {
-            p.managed_fields_mut().clear();
-        }),
+        watcher(api, config)
+            .backoff(WatchBackoff::default())
+            .modify(|p| {
+                p.managed_fields_mut().clear();
+            }),
     );
     let mut stream = std::pin::pin!(stream);
     let mut known: HashSet<PodUid> = HashSet::new();
@@ -182,6 +236,20 @@ pub async fn run<R: Runtime>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_backoff_is_bounded_jittered_and_resets() {
+        let mut b = WatchBackoff::default();
+        let first: Vec<Duration> = (&mut b).take(8).collect();
+        assert!(first[0] >= Duration::from_millis(125) && first[0] <= Duration::from_millis(250));
+        assert!(first.iter().all(|d| *d <= WatchBackoff::MAX));
+        assert!(
+            first[7] >= WatchBackoff::MAX / 2,
+            "grows to the cap: {first:?}"
+        );
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert!(b.next().unwrap() <= Duration::from_millis(250));
+    }
     use crate::pod::PodUid;
 
     #[test]
