@@ -103,6 +103,17 @@ impl Testbed {
             .output()
     }
 
+    /// Stops containerd alone (its pods' shims keep running) and starts it again, as a node's
+    /// containerd upgrade or crash does.
+    pub fn restart_containerd(&self) -> Result<(), String> {
+        let out = self.run("restart").map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
     /// The kubelet's endpoint form for this instance.
     pub fn endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())

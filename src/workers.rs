@@ -734,6 +734,10 @@ async fn worker_loop<R: Runtime>(
     let mut overdue: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut overdue_at: Option<Instant> = None;
     let mut overdue_reported = false;
+    // when (wall-clock seconds) and with what grace the current kill began: a retry after a
+    // failed attempt (the runtime restarted, a call timed out) counts down to that kill's
+    // deadline instead of granting the whole grace again
+    let mut kill_anchor: Option<(i64, i64)> = None;
     let mut notices: Vec<oneshot::Sender<()>> = Vec::new();
     let mut step_name: &'static str = "waiting";
     let mut finals: Vec<ContainerFinal> = Vec::new();
@@ -765,6 +769,7 @@ async fn worker_loop<R: Runtime>(
                 if r.is_ok() {
                     overdue = None;
                     overdue_at = None;
+                    kill_anchor = None;
                 }
                 match &r {
                     Ok(rep) => {
@@ -868,6 +873,17 @@ async fn worker_loop<R: Runtime>(
                                 "shorter grace period: restarting the kill"
                             );
                         }
+                        let retry_deadline = match (kill_fut.is_some(), kill_anchor) {
+                            (false, Some((started, g))) => Some(
+                                started
+                                    .saturating_add(grace::container_stop_timeout(g.min(grace)))
+                                    .saturating_add(1),
+                            ),
+                            _ => {
+                                kill_anchor = Some((wall_ns() / 1_000_000_000, grace));
+                                None
+                            }
+                        };
                         retry = None;
                         let reason = m.reason.as_ref().map_or("unknown", KillReason::as_str);
                         let at = Instant::now()
@@ -880,7 +896,11 @@ async fn worker_loop<R: Runtime>(
                         kill_fut = Some(match inner.authority.check(&pod.uid, reason) {
                             Ok(()) => {
                                 let inner = inner.clone();
-                                let pod = pod.clone();
+                                let mut pod = pod.clone();
+                                if let Some(d) = retry_deadline {
+                                    pod.kill_deadline =
+                                        Some(pod.kill_deadline.map_or(d, |k| k.min(d)));
+                                }
                                 let memory = memory.clone();
                                 Box::pin(async move {
                                     let r = kill::kill_pod(

@@ -6,6 +6,7 @@
 #   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR)
 #   testbed/testbed.sh start     install + images + start containerd + import images (idempotent)
 #   testbed/testbed.sh stop      kill every pod, stop containerd, unmount, remove leftover cgroups
+#   testbed/testbed.sh restart   stop containerd alone (pods and their shims keep running), start it
 #   testbed/testbed.sh status    exit 0 when the private containerd is running
 #
 # Settings (environment): REAPLET_TESTBED_DIR (default /tmp/reaplet-testbed),
@@ -179,6 +180,21 @@ oom_score = 0
 EOF
 }
 
+cmd_restart() {
+    need_root
+    if [ -f "$DIR/containerd.pid" ]; then
+        local pid; pid=$(cat "$DIR/containerd.pid")
+        kill -TERM "$pid" 2>/dev/null || true
+        local i
+        for i in $(seq 1 200); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -0 "$pid" 2>/dev/null && die "containerd $pid did not stop within 10 s"
+    fi
+    cmd_start
+}
+
 cmd_start() {
     need_root
     local images; images=$(cmd_images)
@@ -243,7 +259,8 @@ case ${1:-} in
 install) cmd_install ;;
 images) cmd_images ;;
 start) cmd_start ;;
+restart) cmd_restart ;;
 stop) cmd_stop ;;
 status) running ;;
-*) sed -n '2,14p' "$0"; exit 64 ;;
+*) sed -n '2,15p' "$0"; exit 64 ;;
 esac

@@ -787,3 +787,114 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
     agent.kill().unwrap();
     agent.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn containerd_restarted_mid_termination_finishes_everything() {
+    let tb = Testbed::start(repo(), "faults-ctrd");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let log = root.path().join("reaplet.log");
+    let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 2"]}});
+    let mut pods = Vec::new();
+    for i in 0..6 {
+        let c = match i % 3 {
+            0 => ContainerTemplate::new("app", IGNORES_TERM),
+            1 => ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook.clone()),
+            _ => ContainerTemplate::new("app", TRAPS_TERM),
+        };
+        let t = PodTemplate::new(&format!("ctrd-{i}"), 4).container(c);
+        api.create_pod(t.api_object());
+        let p = launch(&tb, &t).await.unwrap();
+        pods.push((t, p));
+    }
+    let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
+    let _g = KillOnDrop(agent.id());
+    wait_watching(&api).await;
+    let exits = Exits::default();
+    let watcher = exits.watch(
+        &tb,
+        pods.iter()
+            .map(|(_, p)| p.container_id("app").to_owned())
+            .collect(),
+    );
+    let t_del = now_ns();
+    for (t, _) in &pods {
+        api.delete_pod("default", &t.name, None);
+    }
+    // mid-termination: hooks running, TERM-ignoring containers inside their grace
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let restart = Instant::now();
+    tb.restart_containerd().expect("containerd restarts");
+    let restart_took = restart.elapsed().as_secs_f64();
+    let limit = Instant::now() + Duration::from_secs(60);
+    while pods
+        .iter()
+        .any(|(t, _)| api.get_pod("default", &t.name).is_some())
+    {
+        assert!(
+            Instant::now() < limit,
+            "pods left after the containerd restart\n{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), watcher)
+        .await
+        .expect("every exit seen")
+        .unwrap();
+    let client = tb.client();
+    let cgroups =
+        CgroupManager::from_mountinfo(Path::new("/proc/self/mountinfo"), tb.naming()).unwrap();
+    let mut rows = Vec::new();
+    for (t, p) in &pods {
+        let (code, finished) = exits.get(p.container_id("app")).unwrap();
+        let took = secs(finished - t_del);
+        rows.push(format!("{} exit {code} at {took:.2} s", t.name));
+        if t.name.ends_with(['0', '3']) {
+            assert_eq!(code, 137, "{}: TERM-ignoring", t.name);
+            assert!(
+                took >= 4.0,
+                "{}: killed at {took:.2} s, before its 4 s grace",
+                t.name
+            );
+        } else {
+            assert_eq!(code, 0, "{}: SIGTERM honoured", t.name);
+        }
+        // a retried kill counts down to the first attempt's deadline (+1 s: whole seconds)
+        assert!(
+            took <= 4.0 + 2.0 + 1.0,
+            "{}: stopped at {took:.2} s, past its deadline",
+            t.name
+        );
+        let limit = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = client
+                .list_sandboxes(Some(p.uid.as_str()))
+                .await
+                .unwrap()
+                .len()
+                + client
+                    .list_containers(Some(p.uid.as_str()))
+                    .await
+                    .unwrap()
+                    .len()
+                + cgroups.existing(&p.uid).unwrap().len();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < limit,
+                "{}: {left} runtime objects or cgroups leaked",
+                t.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    println!(
+        "containerd restart ({restart_took:.2} s) 1 s into 6 terminations: every pod gone, nothing \
+         leaked; {rows:?}"
+    );
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
