@@ -48,6 +48,16 @@ fn spawn_agent(tb: &Testbed, root: &Path, kubeconfig: &Path, log: &Path) -> Chil
         .expect("spawning reaplet")
 }
 
+/// A private containerd, the API server, a root directory with a kubeconfig and a log path.
+async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, PathBuf) {
+    let tb = Testbed::start(repo(), name);
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path());
+    let log = root.path().join("reaplet.log");
+    (tb, api, root, kc, log)
+}
+
 /// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
 async fn wait_watching(api: &ApiServer) {
     let start = Instant::now();
@@ -159,11 +169,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
         .unwrap_or_else(rand::random);
     println!("crash test: {n_pods} pods, {n_kills} SIGKILLs, seed {seed} (REAPLET_FAULTS_SEED)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let tb = Testbed::start(repo(), "faults-crash");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
-    let log = root.path().join("reaplet.log");
+    let (tb, api, root, kc, log) = bed("faults-crash").await;
     let clock = Clock::now();
 
     // a mix: TERM-trapping, TERM-ignoring (SIGKILL at the grace), a preStop hook, a mounted
@@ -520,11 +526,7 @@ async fn metric(addr: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_shim_holds_back_only_its_own_pod() {
-    let tb = Testbed::start(repo(), "faults-hung");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
-    let log = root.path().join("reaplet.log");
+    let (tb, api, root, kc, log) = bed("faults-hung").await;
     let mut pods = Vec::new();
     for (i, script) in [
         TRAPS_TERM,
@@ -655,10 +657,7 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
 async fn api_outage_and_error_storms_lose_no_status_or_delete() {
     let outage = Duration::from_secs(if long() { 60 } else { 30 });
     let storm = Duration::from_secs(10);
-    let tb = Testbed::start(repo(), "faults-api");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let (tb, api, root, kc, _) = bed("faults-api").await;
     // kept after the run, for the timeline behind the figures
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults-api-reaplet.log");
     let _ = std::fs::remove_file(&log);
@@ -790,11 +789,7 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn containerd_restarted_mid_termination_finishes_everything() {
-    let tb = Testbed::start(repo(), "faults-ctrd");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
-    let log = root.path().join("reaplet.log");
+    let (tb, api, root, kc, log) = bed("faults-ctrd").await;
     let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "sleep 2"]}});
     let mut pods = Vec::new();
     for i in 0..6 {
@@ -859,7 +854,13 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
                 t.name
             );
         } else {
-            assert_eq!(code, 0, "{}: SIGTERM honoured", t.name);
+            // SIGTERM honoured; or, when containerd came back only after the deadline (the
+            // restart cut the stop, or the preStop hook), SIGKILL then: never before it
+            assert!(
+                code == 0 || (code == 137 && took >= 4.0),
+                "{}: exit {code} at {took:.2} s",
+                t.name
+            );
         }
         // a retried kill counts down to the first attempt's deadline (+1 s: whole seconds)
         assert!(
