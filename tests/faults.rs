@@ -899,3 +899,67 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
     agent.kill().unwrap();
     agent.wait().unwrap();
 }
+
+/// Security: preStop output (which may hold secrets) reaches neither the log nor events; a pod
+/// bound to another node, even when a misbehaving server sends it, is never acted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hook_output_stays_secret_and_other_nodes_pods_are_ignored() {
+    let (tb, api, root, kc, log) = bed("faults-secure").await;
+    api.ignore_field_selectors();
+    const SECRET: &str = "s3cr3t-t0ken-REAPLET";
+    let hook = serde_json::json!({"exec": {"command": ["/bin/sh", "-c",
+        format!("echo {SECRET}; echo {SECRET} >&2; exit 3")]}});
+    let t = PodTemplate::new("hooked", 5)
+        .container(ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook));
+    api.create_pod(t.api_object());
+    launch(&tb, &t).await.unwrap();
+    // another node's pod, sent anyway by the server
+    let mut foreign = PodTemplate::new("foreign", 5)
+        .container(ContainerTemplate::new("app", TRAPS_TERM))
+        .api_object();
+    foreign["spec"]["nodeName"] = "othernode".into();
+    api.create_pod(foreign);
+    let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
+    let _g = KillOnDrop(agent.id());
+    wait_watching(&api).await;
+    api.delete_pod("default", "hooked", None);
+    api.delete_pod("default", "foreign", None);
+    let start = Instant::now();
+    while api.get_pod("default", "hooked").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "hooked pod never gone"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let events = serde_json::to_string(&api.events()).unwrap();
+    assert!(
+        agent_log.contains("PreStopHook failed") || events.contains("FailedPreStopHook"),
+        "the failing hook was not reported at all"
+    );
+    assert!(!agent_log.contains(SECRET), "hook output in reaplet's log");
+    assert!(!events.contains(SECRET), "hook output in an event");
+    let foreign_writes: Vec<Recorded> = api
+        .writes()
+        .into_iter()
+        .filter(|r| r.path.contains("/pods/foreign") || r.body.to_string().contains("foreign"))
+        .collect();
+    assert!(
+        foreign_writes.is_empty(),
+        "another node's pod was written to: {foreign_writes:#?}"
+    );
+    let f = api
+        .get_pod("default", "foreign")
+        .expect("the foreign pod is untouched");
+    assert!(f["status"]["phase"] != "Succeeded" && f["status"]["phase"] != "Failed");
+    println!(
+        "security: preStop output ({} bytes of log, {} events checked) never logged; the other \
+         node's deleted pod got no write",
+        agent_log.len(),
+        api.events().len()
+    );
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}

@@ -78,6 +78,8 @@ struct Store {
 struct Faults {
     refuse_until: Option<Instant>,
     fail_until: Option<(Instant, u16)>,
+    /// A misbehaving server: lists and watches ignore `fieldSelector` (every node's pods).
+    ignore_field_selectors: bool,
 }
 
 struct State {
@@ -416,6 +418,11 @@ impl ApiServer {
     }
 
     /// Answers every request with `code` (500, 429 with Retry-After) for `d`.
+    /// From now on, lists and watches send every node's pods whatever the field selector.
+    pub fn ignore_field_selectors(&self) {
+        self.state.faults.lock().unwrap().ignore_field_selectors = true;
+    }
+
     pub fn fail_for(&self, d: Duration, code: u16) {
         self.state.faults.lock().unwrap().fail_until = Some((Instant::now() + d, code));
     }
@@ -968,7 +975,9 @@ fn list_or_watch(
     ns: Option<&&str>,
     query: &HashMap<String, String>,
 ) -> Response<Body> {
-    let selector = query.get("fieldSelector");
+    let selector = query
+        .get("fieldSelector")
+        .filter(|_| !state.faults.lock().unwrap().ignore_field_selectors);
     let in_scope = |o: &Value| {
         ns.is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(*n))
             && matches_fields(o, selector)
