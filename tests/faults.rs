@@ -12,6 +12,7 @@ use common::*;
 use rand::{Rng, SeedableRng};
 use reaplet::cgroups::CgroupManager;
 use reaplet::cri::{ContainerRunState, Runtime};
+use reaplet::pod::PodUid;
 use reaplet::testbed::{
     ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed, launch,
 };
@@ -56,6 +57,36 @@ async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, Pat
     let kc = api.write_kubeconfig(root.path());
     let log = root.path().join("reaplet.log");
     (tb, api, root, kc, log)
+}
+
+/// What is left of these pods in the runtime and the cgroup tree, after waiting up to 30 s for
+/// garbage collection: one line per pod with leftovers.
+async fn leaks<'a>(tb: &Testbed, pods: impl Iterator<Item = (&'a str, &'a PodUid)>) -> Vec<String> {
+    let pods: Vec<(&str, &PodUid)> = pods.collect();
+    let client = tb.client();
+    let cgroups =
+        CgroupManager::from_mountinfo(Path::new("/proc/self/mountinfo"), tb.naming()).unwrap();
+    let limit = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut leaks = Vec::new();
+        for (name, uid) in &pods {
+            let sbs = client.list_sandboxes(Some(uid.as_str())).await.unwrap();
+            let cs = client.list_containers(Some(uid.as_str())).await.unwrap();
+            let cg = cgroups.existing(uid).unwrap();
+            if !sbs.is_empty() || !cs.is_empty() || !cg.is_empty() {
+                leaks.push(format!(
+                    "{name}: {} sandboxes, {} containers, {} cgroups",
+                    sbs.len(),
+                    cs.len(),
+                    cg.len()
+                ));
+            }
+        }
+        if leaks.is_empty() || Instant::now() > limit {
+            return leaks;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
@@ -340,33 +371,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
         .unwrap();
 
     // nothing left in the runtime or the cgroup tree
-    let client = tb.client();
-    let cgroups =
-        CgroupManager::from_mountinfo(Path::new("/proc/self/mountinfo"), tb.naming()).unwrap();
-    let limit = Instant::now() + Duration::from_secs(30);
-    let mut leaks: Vec<String>;
-    loop {
-        leaks = Vec::new();
-        for c in &cases {
-            let uid = c.p.uid.as_str();
-            let sbs = client.list_sandboxes(Some(uid)).await.unwrap();
-            let cs = client.list_containers(Some(uid)).await.unwrap();
-            let cg = cgroups.existing(&c.p.uid).unwrap();
-            if !sbs.is_empty() || !cs.is_empty() || !cg.is_empty() {
-                leaks.push(format!(
-                    "{}: {} sandboxes, {} containers, {} cgroups",
-                    c.t.name,
-                    sbs.len(),
-                    cs.len(),
-                    cg.len()
-                ));
-            }
-        }
-        if leaks.is_empty() || Instant::now() > limit {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let leaks = leaks(&tb, cases.iter().map(|c| (c.t.name.as_str(), &c.p.uid))).await;
 
     // timing rules, from the runtime's own timestamps and the API server's request log
     let writes = api.writes();
@@ -838,9 +843,11 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
         .await
         .expect("every exit seen")
         .unwrap();
-    let client = tb.client();
-    let cgroups =
-        CgroupManager::from_mountinfo(Path::new("/proc/self/mountinfo"), tb.naming()).unwrap();
+    let left = leaks(&tb, pods.iter().map(|(t, p)| (t.name.as_str(), &p.uid))).await;
+    assert!(
+        left.is_empty(),
+        "leaked runtime objects or cgroups: {left:#?}"
+    );
     let mut rows = Vec::new();
     for (t, p) in &pods {
         let (code, finished) = exits.get(p.container_id("app")).unwrap();
@@ -868,29 +875,6 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
             "{}: stopped at {took:.2} s, past its deadline",
             t.name
         );
-        let limit = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = client
-                .list_sandboxes(Some(p.uid.as_str()))
-                .await
-                .unwrap()
-                .len()
-                + client
-                    .list_containers(Some(p.uid.as_str()))
-                    .await
-                    .unwrap()
-                    .len()
-                + cgroups.existing(&p.uid).unwrap().len();
-            if left == 0 {
-                break;
-            }
-            assert!(
-                Instant::now() < limit,
-                "{}: {left} runtime objects or cgroups leaked",
-                t.name
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
     }
     println!(
         "containerd restart ({restart_took:.2} s) 1 s into 6 terminations: every pod gone, nothing \
