@@ -143,8 +143,14 @@ impl Mailbox {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn send_update(&self, pod: PodInfo) {
-        self.lock().update = Some(pod);
+    fn send_update(&self, mut pod: PodInfo) {
+        let mut p = self.lock();
+        // coalescing keeps only the newest object, but never loses a resumed kill deadline
+        if let Some(old) = p.update.as_ref().and_then(|u| u.kill_deadline) {
+            pod.kill_deadline = Some(pod.kill_deadline.map_or(old, |d| d.min(old)));
+        }
+        p.update = Some(pod);
+        drop(p);
         self.notify.notify_one();
     }
 
@@ -753,8 +759,13 @@ async fn worker_loop<R: Runtime>(
             }
             _ = mailbox.notify.notified() => {
                 let mut p = mailbox.lock();
-                if let Some(newer) = p.update.take() {
+                if let Some(mut newer) = p.update.take() {
                     inputs.push(update_input(&newer));
+                    // a resumed termination's deadline outlives later updates of the object
+                    newer.kill_deadline = match (newer.kill_deadline, pod.kill_deadline) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     pod = newer;
                 }
                 for k in p.kills.drain(..) {
@@ -1166,6 +1177,26 @@ mod tests {
             assert_eq!(stops[1], (3, t0 + Duration::from_secs(5)));
             assert!(done - t0 < Duration::from_millis(8100), "{:?}", done - t0);
             assert_eq!(r.rt.exit_code("p1-app"), Some(137));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_resumed_deadline_survives_later_updates_of_the_object() {
+            let r = rig();
+            r.rt.add_pod("p9", &[("app", Behaviour::IgnoreTerm)]);
+            let p = api_pod("p9", 30);
+            r.workers.set_desired(vec![p.clone()], Some(1));
+            // resumed after a restart, its deadline long past; then the object is updated
+            // again (a status patch, say) without the deadline
+            let mut resumed = deleted(&p, 30);
+            resumed.kill_deadline = Some(crate::wall_ns() / 1_000_000_000 - 60);
+            r.workers.upsert(resumed);
+            r.workers.upsert(deleted(&p, 30));
+            until(&r.workers, "p9", "finished").await;
+            let stops = r.rt.stops_of("p9-app");
+            assert!(
+                stops.iter().all(|(t, _)| *t == 0),
+                "past the deadline every stop is an immediate SIGKILL: {stops:?}"
+            );
         }
 
         #[tokio::test(start_paused = true)]
