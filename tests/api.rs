@@ -11,7 +11,7 @@ use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -65,14 +65,7 @@ impl ApiHarness {
 
     /// Waits until reaplet has more than `seen` pod watch requests open.
     async fn wait_watching(&self, seen: usize) {
-        let start = Instant::now();
-        while watches(&self.api.requests()) <= seen {
-            assert!(
-                start.elapsed() < LIMIT,
-                "reaplet never started watching pods"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_watches(&self.api, seen).await;
     }
 
     async fn wait_gone(&self, name: &str) {
@@ -94,17 +87,6 @@ impl ApiHarness {
             let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
         }
     }
-}
-
-fn watches(reqs: &[Recorded]) -> usize {
-    reqs.iter()
-        .filter(|r| {
-            r.path == "/api/v1/pods"
-                && r.query
-                    .get("watch")
-                    .is_some_and(|w| w == "true" || w == "1")
-        })
-        .count()
 }
 
 /// reaplet's writes about one pod, without events.
@@ -367,20 +349,8 @@ async fn pod_completing_on_its_own_is_patched_succeeded_and_left_in_the_api() {
     h.stop().await;
 }
 
-fn spawn_reaplet(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    reaplet_run(&h.tb, &h.root.path().join("kubelet"))
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .expect("spawning reaplet")
+fn spawn_h(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
+    spawn_reaplet(&h.tb, &h.root.path().join("kubelet"), extra, log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,7 +362,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let kc = h.api.write_kubeconfig(h.root.path());
     let log = h.root.path().join("reaplet.log");
     let kc_s = kc.display().to_string();
-    let mut first = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    let mut first = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g1 = KillOnDrop(first.id());
     h.wait_watching(0).await;
     let t0 = now_ns();
@@ -401,7 +371,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     first.kill().unwrap(); // SIGKILL
     first.wait().unwrap();
     let seen = watches(&h.api.requests());
-    let mut second = spawn_reaplet(&h, &["--kubeconfig", &kc_s], &log);
+    let mut second = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g2 = KillOnDrop(second.id());
     h.wait_watching(seen).await;
     h.wait_gone("resumed").await;
@@ -448,7 +418,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
     let p = launch(&h.tb, &t).await.unwrap();
     let log = h.root.path().join("reaplet.log");
     let dir_s = dir.display().to_string();
-    let mut child = spawn_reaplet(&h, &["--pod-manifest-path", &dir_s], &log);
+    let mut child = spawn_h(&h, &["--pod-manifest-path", &dir_s], &log);
     let _g = KillOnDrop(child.id());
     // the static pod is desired: nothing happens to it
     tokio::time::sleep(Duration::from_secs(2)).await;

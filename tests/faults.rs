@@ -14,7 +14,7 @@ use reaplet::cgroups::CgroupManager;
 use reaplet::cri::{ContainerRunState, Runtime};
 use reaplet::pod::PodUid;
 use reaplet::testbed::{
-    ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed, launch,
+    ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,20 +33,8 @@ fn long() -> bool {
 
 /// `reaplet run` against the test bed and the API server, logging to `log`.
 fn spawn_agent(tb: &Testbed, root: &Path, kubeconfig: &Path, log: &Path) -> Child {
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("agent log");
-    reaplet_run(tb, &root.join("kubelet"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .expect("spawning reaplet")
+    let kc = kubeconfig.display().to_string();
+    spawn_reaplet(tb, &root.join("kubelet"), &["--kubeconfig", &kc], log)
 }
 
 /// A private containerd, the API server, a root directory with a kubeconfig and a log path.
@@ -91,18 +79,7 @@ async fn leaks<'a>(tb: &Testbed, pods: impl Iterator<Item = (&'a str, &'a PodUid
 
 /// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
 async fn wait_watching(api: &ApiServer) {
-    let start = Instant::now();
-    while !api.requests().iter().any(|r| {
-        r.query
-            .get("watch")
-            .is_some_and(|w| w == "true" || w == "1")
-    }) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "reaplet never watched"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_watches(api, 0).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
@@ -237,8 +214,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
                 false,
             ),
         };
-        api.create_pod(t.api_object());
-        let p = launch(&tb, &t).await.expect("launching a pod");
+        let p = launch_in_api(&api, &tb, &t).await;
         let volume = volume.then(|| {
             let v = root
                 .path()
@@ -469,7 +445,13 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
             .map(|c| successful_deletes(&writes, &c.t.name, &c.t.uid).len())
             .sum::<usize>(),
     );
-    let agent_log = || tail(&std::fs::read_to_string(&log).unwrap_or_default(), 80);
+    // every failure names the seed, so the same kill moments can be replayed
+    let agent_log = || {
+        format!(
+            "replay with REAPLET_FAULTS_SEED={seed}\n{}",
+            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 80)
+        )
+    };
     assert!(
         leaks.is_empty(),
         "leaked runtime objects or cgroups: {leaks:#?}\n{}",
@@ -477,7 +459,8 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
     );
     assert!(
         premature_deletes.is_empty(),
-        "premature deletes: {premature_deletes:#?}"
+        "premature deletes: {premature_deletes:#?}\n{}",
+        agent_log()
     );
     assert!(
         early_kills.is_empty(),
@@ -491,7 +474,8 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
     );
     assert!(
         recreated_ok,
-        "the recreated crash-0 was touched: {touched:#?}\n{still:#?}"
+        "the recreated crash-0 was touched: {touched:#?}\n{still:#?}\n{}",
+        agent_log()
     );
 }
 
@@ -545,8 +529,7 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
     {
         let t = PodTemplate::new(&format!("hung-{i}"), 2)
             .container(ContainerTemplate::new("app", script));
-        api.create_pod(t.api_object());
-        let p = launch(&tb, &t).await.unwrap();
+        let p = launch_in_api(&api, &tb, &t).await;
         pods.push((t, p));
     }
     // a short runtime request timeout: the hung StopContainer (timeout + grace) fails and is
@@ -671,8 +654,7 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
         let script = if i % 2 == 0 { TRAPS_TERM } else { IGNORES_TERM };
         let t = PodTemplate::new(&format!("api-{i}"), 3)
             .container(ContainerTemplate::new("app", script));
-        api.create_pod(t.api_object());
-        let p = launch(&tb, &t).await.unwrap();
+        let p = launch_in_api(&api, &tb, &t).await;
         pods.push((t, p));
     }
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
@@ -804,8 +786,7 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
             _ => ContainerTemplate::new("app", TRAPS_TERM),
         };
         let t = PodTemplate::new(&format!("ctrd-{i}"), 4).container(c);
-        api.create_pod(t.api_object());
-        let p = launch(&tb, &t).await.unwrap();
+        let p = launch_in_api(&api, &tb, &t).await;
         pods.push((t, p));
     }
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
@@ -895,8 +876,7 @@ async fn hook_output_stays_secret_and_other_nodes_pods_are_ignored() {
         format!("echo {SECRET}; echo {SECRET} >&2; exit 3")]}});
     let t = PodTemplate::new("hooked", 5)
         .container(ContainerTemplate::new("app", TRAPS_TERM).pre_stop(hook));
-    api.create_pod(t.api_object());
-    launch(&tb, &t).await.unwrap();
+    launch_in_api(&api, &tb, &t).await;
     // another node's pod, sent anyway by the server
     let mut foreign = PodTemplate::new("foreign", 5)
         .container(ContainerTemplate::new("app", TRAPS_TERM))

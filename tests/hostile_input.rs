@@ -1,7 +1,7 @@
 //! Hostile input, as properties (no root needed): whatever a pod object, a runtime object's
 //! labels and annotations, or a mountinfo file hold, turning them into worker inputs never
-//! panics, and what comes out keeps the invariants the pipeline relies on (grace >= 1, a stop
-//! timeout >= 2 s, UIDs that stay one path component). Cases per property: `PROPTEST_CASES`
+//! panics, and what comes out keeps the invariants the pipeline relies on (grace >= 1 and only
+//! ever decreasing, UIDs that stay one path component). Cases per property: `PROPTEST_CASES`
 //! (default 2,000 here); failures are shrunk and saved under `proptest-regressions/`.
 
 use proptest::prelude::*;
@@ -136,7 +136,7 @@ proptest! {
     #![proptest_config(cases())]
 
     /// A pod object (as the watch or a manifest delivers it) becomes worker inputs or a clear
-    /// error; never a panic, never a grace below 1 or a stop timeout below the 2 s floor.
+    /// error; never a panic, never a grace below 1, never a grace that grows once held.
     #[test]
     fn pod_object_to_worker_inputs(v in pod()) {
         let Ok(p) = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v) else {
@@ -146,7 +146,15 @@ proptest! {
             prop_assert!(path_safe(&info.uid));
             let g = grace::effective_grace(None, info.deletion_grace, None, info.spec_grace);
             prop_assert!(g >= 1);
-            prop_assert!(grace::container_stop_timeout(grace::deduct(g, std::time::Duration::from_secs(u64::MAX / 4))) >= 2);
+            // a held grace only ever decreases, whatever the object or a kill asks for
+            for ask in [Some(0), Some(1), Some(i64::MAX), None] {
+                let again = grace::effective_grace(Some(g), info.deletion_grace, ask, info.spec_grace);
+                prop_assert!(again <= g && again >= 1, "{g} -> {again} for {ask:?}");
+            }
+            // the API's deletion grace, when set, is never exceeded
+            if let Some(d) = info.deletion_grace {
+                prop_assert!(g <= d.max(1));
+            }
         }
     }
 

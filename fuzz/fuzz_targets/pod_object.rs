@@ -12,6 +12,13 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(p.parent(), Some(std::path::Path::new("/root")));
         let g = grace::effective_grace(None, info.deletion_grace, None, info.spec_grace);
         assert!(g >= 1);
-        assert!(grace::container_stop_timeout(g) >= 2);
+        // a held grace only ever decreases
+        for ask in [Some(0), Some(i64::MAX), None] {
+            let again = grace::effective_grace(Some(g), info.deletion_grace, ask, info.spec_grace);
+            assert!(again <= g && again >= 1);
+        }
+        if let Some(d) = info.deletion_grace {
+            assert!(g <= d.max(1));
+        }
     }
 });

@@ -227,3 +227,63 @@ impl Harness {
         p
     }
 }
+
+/// `reaplet run` (see [`reaplet_run`]) in the background with `extra` arguments, an ephemeral
+/// status port and its log appended to `log`.
+pub fn spawn_reaplet(
+    tb: &Testbed,
+    root_dir: &Path,
+    extra: &[&str],
+    log: &Path,
+) -> std::process::Child {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("reaplet log");
+    reaplet_run(tb, root_dir)
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(out)
+        .spawn()
+        .expect("spawning reaplet")
+}
+
+/// reaplet's pod watch requests so far.
+pub fn watches(reqs: &[apiserver::Recorded]) -> usize {
+    reqs.iter()
+        .filter(|r| {
+            r.path == "/api/v1/pods"
+                && r.query
+                    .get("watch")
+                    .is_some_and(|w| w == "true" || w == "1")
+        })
+        .count()
+}
+
+/// Waits (up to 40 s) until reaplet has opened more than `seen` pod watches.
+pub async fn wait_watches(api: &apiserver::ApiServer, seen: usize) {
+    let start = std::time::Instant::now();
+    while watches(&api.requests()) <= seen {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "reaplet never started watching pods"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `t` as an object in the API server and as a pod in the runtime (same UID), as a node has it
+/// after the scheduler bound it and the kubelet started it.
+pub async fn launch_in_api(
+    api: &apiserver::ApiServer,
+    tb: &Testbed,
+    t: &reaplet::testbed::PodTemplate,
+) -> reaplet::testbed::LaunchedPod {
+    api.create_pod(t.api_object());
+    reaplet::testbed::launch(tb, t)
+        .await
+        .expect("launching a pod")
+}
