@@ -53,7 +53,7 @@ impl ApiHarness {
 
     /// Runs the agent in this process, against the API server.
     async fn start_agent(&mut self) {
-        let kc = self.api.write_kubeconfig(self.root.path());
+        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
         let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
         let cfg = self.config(Some(kube));
         let cancel = self.cancel.clone();
@@ -359,7 +359,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let t = PodTemplate::new("resumed", 6).container(ContainerTemplate::new("app", IGNORES_TERM));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
-    let kc = h.api.write_kubeconfig(h.root.path());
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
     let log = h.root.path().join("reaplet.log");
     let kc_s = kc.display().to_string();
     let mut first = spawn_h(&h, &["--kubeconfig", &kc_s], &log);

@@ -19,7 +19,7 @@ fn pod(name: &str, node: Option<&str>, phase: &str) -> serde_json::Value {
 
 async fn client(api: &ApiServer) -> (tempfile::TempDir, kube::Api<Pod>) {
     let dir = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(dir.path());
+    let kc = api.write_kubeconfig_as(dir.path(), &common::apiserver::User::Admin);
     let cfg = reaplet::api::client_config(Some(&kc)).await.unwrap();
     (
         dir,

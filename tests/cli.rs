@@ -206,7 +206,7 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
     let tb = Testbed::start(repo(), "cli-check");
     let api = ApiServer::start().await;
     let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let kc = api.write_kubeconfig(root.path(), "testnode");
     let kc_s = kc.display().to_string();
     let (code, out) = check(&tb, root.path(), &["--kubeconfig", &kc_s]);
     assert_eq!(code, 0, "{out}");
@@ -278,7 +278,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     let tb = Testbed::start(repo(), "cli-metrics");
     let api = ApiServer::start().await;
     let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let kc = api.write_kubeconfig(root.path(), "testnode");
     let t = PodTemplate::new("measured", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     launch(&tb, &t).await.unwrap();
     api.create_pod(t.api_object());
@@ -371,7 +371,7 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     let tb = Testbed::start(repo(), "cli-sigterm");
     let api = ApiServer::start().await;
     let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let kc = api.write_kubeconfig(root.path(), "testnode");
     let t = PodTemplate::new("survivor", 8).container(ContainerTemplate::new("app", IGNORES_TERM));
     let p = launch(&tb, &t).await.unwrap();
     api.create_pod(t.api_object());
@@ -446,7 +446,7 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
     let tb = Testbed::start(repo(), "cli-notify");
     let api = ApiServer::start().await;
     let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let kc = api.write_kubeconfig(root.path(), "testnode");
     let sock = root.path().join("notify.sock");
     let rx = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -42,7 +42,7 @@ async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, Pat
     let tb = Testbed::start(repo(), name);
     let api = ApiServer::start().await;
     let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path());
+    let kc = api.write_kubeconfig(root.path(), "testnode");
     let log = root.path().join("reaplet.log");
     (tb, api, root, kc, log)
 }

@@ -14,7 +14,7 @@
 //! either a private containerd (the test bed) or a fake CRI server on a real unix socket.
 //! Under `cargo test` (no `--bench` argument) a small smoke run checks that the harness works.
 
-#[path = "../../tests/common/apiserver.rs"]
+#[path = "../../tests/common/apiserver/mod.rs"]
 #[allow(unused_imports)]
 mod apiserver;
 mod fake_cri;
@@ -100,7 +100,7 @@ impl Agent {
             .map_err(|e| e.to_string())?
             .port();
         let status: SocketAddr = ([127, 0, 0, 1], port).into();
-        let kc = api.write_kubeconfig(dir);
+        let kc = api.write_kubeconfig(dir, NODE);
         let log = dir.join("reaplet.log");
         let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));

@@ -1,0 +1,1 @@
+//! Facts of section(s): see the module's tests.

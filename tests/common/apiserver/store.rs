@@ -1,0 +1,231 @@
+//! The object store behind the imitation: etcd's role in kube-apiserver.
+//!
+//! Facts implemented here (`../shared/reference/apiserver-facts.md`):
+//! * 11.1: one `resourceVersion` counter shared by every object, +1 per write; a write that
+//!   changes nothing keeps it and emits no watch event ([`Store::commit`] compares first);
+//! * the watch history that watches replay from (`compacted` is the oldest resourceVersion
+//!   still replayable: an older one answers `too old resource version`, facts 7.1 and 7.2).
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::{Notify, broadcast, watch};
+
+/// Resources that watches can follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pod,
+    Node,
+    Lease,
+    Pdb,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    pub rv: u64,
+    pub kind: Kind,
+    pub etype: EventType,
+    pub obj: Value,
+}
+
+/// (namespace, name); cluster-scoped objects use an empty namespace.
+pub type Key = (String, String);
+
+#[derive(Default)]
+pub struct Store {
+    pub rv: u64,
+    /// Watches from a resourceVersion below this one are too old.
+    pub compacted: u64,
+    pub pods: BTreeMap<Key, Value>,
+    pub nodes: BTreeMap<String, Value>,
+    pub leases: BTreeMap<Key, Value>,
+    pub pdbs: BTreeMap<Key, Value>,
+    pub events: BTreeMap<Key, Value>,
+    pub namespaces: Vec<String>,
+    pub history: VecDeque<WatchEvent>,
+    pub uid_counter: u64,
+    /// (verb, resource[/subresource]) that SelfSubjectAccessReviews deny.
+    pub denied: Vec<(String, String)>,
+    /// When each pod object left the store, by UID (benchmarks measure to this instant).
+    pub removed: HashMap<String, Instant>,
+}
+
+/// Everything the handlers share.
+pub struct State {
+    pub store: Mutex<Store>,
+    pub events_tx: broadcast::Sender<WatchEvent>,
+    pub log: Mutex<Vec<super::Recorded>>,
+    pub faults: Mutex<super::faults::Faults>,
+    pub refuse: Notify,
+    /// Bumped to cut every open connection.
+    pub generation: watch::Sender<u64>,
+    /// Bookmarks on watches with `allowWatchBookmarks`: every this often (fact 7.6: 60 s).
+    pub bookmark_every: Mutex<std::time::Duration>,
+}
+
+impl State {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Store {
+    pub fn new() -> Store {
+        Store {
+            rv: 100,
+            namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
+                .map(String::from)
+                .to_vec(),
+            ..Store::default()
+        }
+    }
+
+    pub fn bump(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// A server-assigned UID (random in the real server; unique here).
+    pub fn new_uid(&mut self) -> String {
+        self.uid_counter += 1;
+        format!("7e570000-0000-4000-8000-{:012x}", self.uid_counter)
+    }
+
+    pub fn has_namespace(&self, ns: &str) -> bool {
+        self.namespaces.iter().any(|n| n == ns)
+    }
+
+    /// Records a watch event for `obj` (whose resourceVersion the caller has set).
+    pub fn emit(
+        &mut self,
+        tx: &broadcast::Sender<WatchEvent>,
+        kind: Kind,
+        etype: EventType,
+        obj: Value,
+    ) {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(self.rv);
+        let ev = WatchEvent {
+            rv,
+            kind,
+            etype,
+            obj,
+        };
+        self.history.push_back(ev.clone());
+        while self.history.len() > 10_000 {
+            let old = self.history.pop_front().expect("non-empty");
+            self.compacted = self.compacted.max(old.rv);
+        }
+        let _ = tx.send(ev);
+    }
+
+    /// Stores a changed object under a new resourceVersion and emits `etype`; an object equal to
+    /// `before` (ignoring resourceVersion) is a no-op: same resourceVersion, no event (fact 4.3).
+    /// Returns the object as stored.
+    pub fn commit(
+        &mut self,
+        tx: &broadcast::Sender<WatchEvent>,
+        kind: Kind,
+        before: Option<&Value>,
+        mut obj: Value,
+    ) -> Value {
+        if let Some(b) = before
+            && same_but_rv(b, &obj)
+        {
+            return b.clone();
+        }
+        let rv = self.bump();
+        obj["metadata"]["resourceVersion"] = rv.to_string().into();
+        let etype = if before.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.put(kind, obj.clone());
+        self.emit(tx, kind, etype, obj.clone());
+        obj
+    }
+
+    /// Inserts or replaces an object in its map.
+    pub fn put(&mut self, kind: Kind, obj: Value) {
+        let ns = str_at(&obj, "/metadata/namespace").to_owned();
+        let name = str_at(&obj, "/metadata/name").to_owned();
+        match kind {
+            Kind::Pod => {
+                self.pods.insert((ns, name), obj);
+            }
+            Kind::Node => {
+                self.nodes.insert(name, obj);
+            }
+            Kind::Lease => {
+                self.leases.insert((ns, name), obj);
+            }
+            Kind::Pdb => {
+                self.pdbs.insert((ns, name), obj);
+            }
+        }
+    }
+}
+
+/// Two objects equal but for `metadata.resourceVersion` and `metadata.managedFields`.
+pub fn same_but_rv(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// The string at a JSON pointer, or "".
+pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Now as the API serialises a `metav1.Time`: whole seconds, UTC.
+pub fn now_rfc3339() -> String {
+    rfc3339(jiff::Timestamp::now().as_second())
+}
+
+/// Unix seconds as a `metav1.Time`.
+pub fn rfc3339(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs)
+        .expect("a valid time")
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A `metav1.Time` as Unix seconds.
+pub fn parse_time(s: &str) -> Option<i64> {
+    s.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// Now as a `metav1.MicroTime` (events.k8s.io `eventTime`).
+pub fn now_micro() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
