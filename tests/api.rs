@@ -223,7 +223,21 @@ async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sen
         assert!(start.elapsed() < LIMIT, "force-deleted pod still running");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the whole window in which a status could be sent: until the worker has stopped the
+    // sandbox (it reports the pod stopped then), and a status manager round after it
+    let uid = t.uid.to_string();
+    let start = Instant::now();
+    while client
+        .list_sandboxes(Some(&uid))
+        .await
+        .unwrap()
+        .iter()
+        .any(|s| s.ready)
+    {
+        assert!(start.elapsed() < LIMIT, "force-deleted pod's sandbox still ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         pod_writes(&h.api, "forced").is_empty(),
         "{:#?}",

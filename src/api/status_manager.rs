@@ -6,6 +6,9 @@
 //!   strategic-merge patch on `pods/<name>/status` carrying `metadata.uid`; failures are retried
 //!   by a periodic resync with backoff; 404 and 409 (gone, or recreated under the same name)
 //!   drop the pod: a recreated pod is never patched or deleted;
+//! * nothing is ever sent for a pod whose object is gone (a force delete is `MODIFIED` with
+//!   grace 0, then `DELETED`: the worker reports the pod stopped after the object went, and the
+//!   kubelet sends nothing then either); the last [`GONE_REMEMBERED`] gone UIDs are remembered;
 //! * a phase already terminal in the API is never changed;
 //! * DELETE (`gracePeriodSeconds: 0`, `preconditions.uid`) only when the object has a
 //!   deletionTimestamp, is not a static/mirror pod, its stored phase is terminal and the
@@ -28,6 +31,30 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+/// How many UIDs of pods whose objects are gone are remembered (a bound, not a window: a
+/// worker reports its pod stopped within its grace of the object going).
+const GONE_REMEMBERED: usize = 4096;
+
+/// UIDs of pods whose API objects are gone, oldest first.
+#[derive(Default)]
+struct Gone {
+    order: std::collections::VecDeque<PodUid>,
+    set: std::collections::HashSet<PodUid>,
+}
+
+impl Gone {
+    fn insert(&mut self, uid: &PodUid) {
+        if self.set.insert(uid.clone()) {
+            self.order.push_back(uid.clone());
+            if self.order.len() > GONE_REMEMBERED
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+}
 
 /// Pods whose status and delete requests are in flight at once.
 const SYNC_CONCURRENCY: usize = 32;
@@ -82,6 +109,7 @@ struct Inner {
     limiter: Arc<RateLimiter>,
     resync: Duration,
     entries: Mutex<HashMap<PodUid, Entry>>,
+    gone: Mutex<Gone>,
     notify: Notify,
 }
 
@@ -114,6 +142,7 @@ impl StatusManager {
                 limiter,
                 resync,
                 entries: Mutex::default(),
+                gone: Mutex::default(),
                 notify: Notify::new(),
             }),
         }
@@ -137,6 +166,11 @@ impl StatusManager {
 
     /// The pod object is gone: nothing more to send for it (and the SLI ends, whoever removed it).
     pub fn forget(&self, uid: &PodUid) {
+        self.inner
+            .gone
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid);
         self.entries().remove(uid);
         if let Some(m) = &self.inner.metrics {
             m.termination_finished(uid);
@@ -308,6 +342,17 @@ impl StatusSink for StatusManager {
                 None
             }
         };
+        if self
+            .inner
+            .gone
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set
+            .contains(&pod.uid)
+        {
+            tracing::info!(podUID = %pod.uid, "pod object gone; no status to send");
+            return;
+        }
         if st.is_none()
             && (pod.static_pod
                 || matches!(reason, Some(KillReason::Orphan | KillReason::ObjectGone)))

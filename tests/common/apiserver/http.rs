@@ -5,6 +5,7 @@
 
 use super::authorization::{self, Attrs, User};
 use super::faults::{self, Verdict};
+use super::patch::PatchType;
 use super::reply::{self, Reply};
 use super::store::State;
 use super::{Recorded, eviction, events, leases, nodes, pods, status, watch};
@@ -266,6 +267,9 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
     if let Err(r) = authorization::authorize(&req.user, a, &state.lock()) {
         return r;
     }
+    if let Some(r) = check_content_type(req) {
+        return r;
+    }
     match (a.group.as_str(), a.resource.as_str(), a.subresource.as_str()) {
         ("", "pods", "") if matches!(a.verb.as_str(), "list" | "watch") => {
             watch::list_or_watch(state, req, super::store::Kind::Pod).await
@@ -282,5 +286,38 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
         ("" | "events.k8s.io", "events", "") => events::handle(state, req),
         ("authorization.k8s.io", "selfsubjectaccessreviews", "") => authorization::access_review(state, req),
         _ => reply::no_route(&req.method, &req.path),
+    }
+}
+
+/// The handlers' decoding of a body by its content type (fact 11.6): a PATCH must name a patch
+/// type, an apply patch needs a `fieldManager`, and a POST or PUT body must be an object
+/// encoding, not a patch.
+fn check_content_type(req: &Req) -> Option<Reply> {
+    let base = req.content_type.split(';').next().unwrap_or("").trim();
+    match req.method.as_str() {
+        "PATCH" => match PatchType::from_content_type(base) {
+            None => Some(reply::unsupported_media_type(true)),
+            Some(PatchType::Apply) if req.q("fieldManager").is_none_or(str::is_empty) => {
+                Some(reply::respond(
+                    422,
+                    &reply::status_body(
+                        422,
+                        "Invalid",
+                        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                        serde_json::json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [{"reason": "FieldValueRequired", "message": "Required value: is required for apply patch", "field": "fieldManager"}]}),
+                    ),
+                ))
+            }
+            Some(_) => None,
+        },
+        "POST" | "PUT" => {
+            let accepted = base.is_empty()
+                || matches!(
+                    base,
+                    "application/json" | "application/yaml" | "application/vnd.kubernetes.protobuf"
+                );
+            (!accepted).then(|| reply::unsupported_media_type(false))
+        }
+        _ => None,
     }
 }
