@@ -234,7 +234,10 @@ async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sen
         .iter()
         .any(|s| s.ready)
     {
-        assert!(start.elapsed() < LIMIT, "force-deleted pod's sandbox still ready");
+        assert!(
+            start.elapsed() < LIMIT,
+            "force-deleted pod's sandbox still ready"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -534,4 +537,59 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
     );
     assert!(pod_writes(&h.api, "vanished").is_empty());
     h.stop().await;
+}
+
+/// The real server answers a status patch whose `metadata.uid` is not the stored pod's with 422
+/// (`metadata.uid: field is immutable`), not 409: a pod recreated under the same name while
+/// reaplet did not see it. The old pod's status is dropped at the first answer, never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_for_a_pod_recreated_under_its_name_is_dropped_at_the_first_uid_conflict() {
+    use reaplet::api::{RateLimiter, status_manager::StatusManager};
+    use reaplet::status::ContainerFinal;
+    use reaplet::workers::StatusSink;
+    let api = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let old = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let new = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    api.create_pod(new.api_object());
+    let kc = api.write_kubeconfig(dir.path(), NODE);
+    let client =
+        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
+    // resyncs every 200 ms, so that a retry (after 1 s, 2 s, ...) would show within the window
+    let sm = StatusManager::new(
+        client,
+        std::sync::Arc::new(RateLimiter::new(50.0, 100)),
+        Duration::from_millis(200),
+        None,
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(sm.clone().run(cancel.clone()));
+    let now = now_ns();
+    let finals = [ContainerFinal {
+        name: "app".into(),
+        id: "c0".into(),
+        state: reaplet::cri::ContainerRunState::Exited,
+        exit_code: 0,
+        reason: "Completed".into(),
+        started_at: now - 5_000_000_000,
+        finished_at: now,
+        attempt: 0,
+    }];
+    let mut info = old.pod_info();
+    info.deletion_requested = true;
+    sm.pod_terminated(
+        &info,
+        Some(&reaplet::lifecycle::KillReason::Deleted),
+        &finals,
+    );
+    // the whole window in which backoff retries would come (1 s, then 2 s later)
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cancel.cancel();
+    let patches: Vec<Recorded> = pod_writes(&api, "same");
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    assert_eq!(patches[0].status, 422);
+    assert_eq!(sm.pending(), 0, "the old pod's status is still pending");
+    let cur = api.get_pod("default", "same").unwrap();
+    assert_eq!(cur["metadata"]["uid"], new.uid.as_str());
+    assert!(cur["metadata"]["deletionTimestamp"].is_null());
 }

@@ -61,6 +61,21 @@ pub fn status_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// The object the request named is not the one stored under its name: a status write whose
+/// `metadata.uid` differs is refused with 422 and a cause on field `metadata.uid` (the pod was
+/// deleted and recreated under the same name; the real server does not answer 409 here).
+pub fn uid_mismatch(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 422
+                && s.details
+                    .as_ref()
+                    .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+        }
+        _ => false,
+    }
+}
+
 /// A token bucket: `qps` tokens a second, at most `burst` banked.
 #[derive(Debug)]
 pub struct RateLimiter {

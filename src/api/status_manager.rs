@@ -4,8 +4,9 @@
 //! Invariants (reference §5):
 //! * the terminal status is sent at once when a pod's containers have stopped, as a
 //!   strategic-merge patch on `pods/<name>/status` carrying `metadata.uid`; failures are retried
-//!   by a periodic resync with backoff; 404 and 409 (gone, or recreated under the same name)
-//!   drop the pod: a recreated pod is never patched or deleted;
+//!   by a periodic resync with backoff; 404, 409 and a 422 on `metadata.uid` (gone, or recreated
+//!   under the same name: the real server's answer to a status with another pod's UID) drop the
+//!   pod: a recreated pod is never patched or deleted;
 //! * nothing is ever sent for a pod whose object is gone (a force delete is `MODIFIED` with
 //!   grace 0, then `DELETED`: the worker reports the pod stopped after the object went, and the
 //!   kubelet sends nothing then either); the last [`GONE_REMEMBERED`] gone UIDs are remembered;
@@ -16,7 +17,7 @@
 //! * no lock is held across an API call; up to 32 pods are synced at once, one pod's requests
 //!   stay in order (status, then delete).
 
-use super::{RateLimiter, status_code};
+use super::{RateLimiter, status_code, uid_mismatch};
 use crate::lifecycle::{KillReason, backoff};
 use crate::pod::{PodInfo, PodUid};
 use crate::status::{self, ContainerFinal, TerminalStatus};
@@ -278,7 +279,9 @@ impl StatusManager {
                             e.api_terminal |= matches!(phase.as_str(), "Failed" | "Succeeded");
                         }
                     }
-                    Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
+                    Err(err)
+                        if matches!(status_code(&err), Some(404 | 409)) || uid_mismatch(&err) =>
+                    {
                         tracing::info!(err = %err, "pod gone or recreated; dropping its status");
                         self.forget(uid);
                         return Outcome::Done;
