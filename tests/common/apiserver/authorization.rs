@@ -99,7 +99,10 @@ pub fn selector_terms(sel: &str) -> Vec<(String, String)> {
 
 fn selects(sel: Option<&str>, field: &str, value: &str) -> bool {
     sel.is_some_and(|s| {
-        !s.contains("!=") && selector_terms(s).iter().any(|(k, v)| k == field && v == value)
+        !s.contains("!=")
+            && selector_terms(s)
+                .iter()
+                .any(|(k, v)| k == field && v == value)
     })
 }
 
@@ -150,7 +153,11 @@ pub fn authorize(user: &User, a: &Attrs, store: &Store) -> Result<(), Reply> {
     let verb = a.verb.as_str();
     let deny = |reason: &str| Err(denied(user, a, reason));
     let sel = a.field_selector.as_deref();
-    match (a.group.as_str(), a.resource.as_str(), a.subresource.as_str()) {
+    match (
+        a.group.as_str(),
+        a.resource.as_str(),
+        a.subresource.as_str(),
+    ) {
         ("", "pods", "" | "status") => match verb {
             "get" => {
                 let bound = store
@@ -197,9 +204,7 @@ pub fn authorize(user: &User, a: &Attrs, store: &Store) -> Result<(), Reply> {
         },
         ("coordination.k8s.io", "leases", "") => {
             if a.namespace != "kube-node-lease" {
-                return deny(
-                    "can only access leases in the \"kube-node-lease\" system namespace",
-                );
+                return deny("can only access leases in the \"kube-node-lease\" system namespace");
             }
             match verb {
                 "create" => Ok(()),

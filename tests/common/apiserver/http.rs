@@ -8,7 +8,7 @@ use super::faults::{self, Verdict};
 use super::patch::PatchType;
 use super::reply::{self, Reply};
 use super::store::State;
-use super::{Recorded, eviction, events, leases, nodes, pods, status, watch};
+use super::{Recorded, events, eviction, leases, nodes, pods, status, watch};
 use http_body_util::BodyExt;
 use hyper::Request;
 use hyper::body::Incoming;
@@ -96,10 +96,7 @@ pub fn request_info(method: &str, path: &str, query: &HashMap<String, String>) -
         [r, n, s] => (*r, *n, *s),
         _ => return None,
     };
-    let watch = matches!(
-        query.get("watch").map(String::as_str),
-        Some("true" | "1")
-    );
+    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     let verb = match (method, name.is_empty()) {
         ("GET", _) if watch => "watch",
         ("GET", true) => "list",
@@ -270,7 +267,11 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
     if let Some(r) = check_content_type(req) {
         return r;
     }
-    match (a.group.as_str(), a.resource.as_str(), a.subresource.as_str()) {
+    match (
+        a.group.as_str(),
+        a.resource.as_str(),
+        a.subresource.as_str(),
+    ) {
         ("", "pods", "") if matches!(a.verb.as_str(), "list" | "watch") => {
             watch::list_or_watch(state, req, super::store::Kind::Pod).await
         }
@@ -284,7 +285,9 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
         ("", "nodes", "" | "status") => nodes::handle(state, req),
         ("coordination.k8s.io", "leases", "") => leases::handle(state, req),
         ("" | "events.k8s.io", "events", "") => events::handle(state, req),
-        ("authorization.k8s.io", "selfsubjectaccessreviews", "") => authorization::access_review(state, req),
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "") => {
+            authorization::access_review(state, req)
+        }
         _ => reply::no_route(&req.method, &req.path),
     }
 }

@@ -26,8 +26,8 @@
 #![allow(dead_code)]
 
 pub mod authorization;
-pub mod eviction;
 pub mod events;
+pub mod eviction;
 pub mod faults;
 pub mod http;
 pub mod leases;

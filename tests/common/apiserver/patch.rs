@@ -175,7 +175,9 @@ fn put(target: &mut Value, path: &str, v: Value, add: bool) -> Result<(), String
     match p {
         Value::Object(m) => {
             if !add && !m.contains_key(&last) {
-                return Err(format!("replace operation does not apply: doc is missing key: {path}"));
+                return Err(format!(
+                    "replace operation does not apply: doc is missing key: {path}"
+                ));
             }
             m.insert(last, v);
         }
@@ -248,6 +250,12 @@ mod tests {
         .unwrap();
         assert_eq!(v["status"]["phase"], "Failed");
         assert_eq!(v["status"]["conditions"][0]["type"], "X");
-        assert!(json_patch(&mut v, &json!([{"op": "replace", "path": "/status/nope", "value": 1}])).is_err());
+        assert!(
+            json_patch(
+                &mut v,
+                &json!([{"op": "replace", "path": "/status/nope", "value": 1}])
+            )
+            .is_err()
+        );
     }
 }

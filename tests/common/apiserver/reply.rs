@@ -126,7 +126,10 @@ pub fn admission_forbidden(group: &str, resource: &str, name: &str, msg: &str) -
         &status_body(
             403,
             "Forbidden",
-            &format!("{} \"{name}\" is forbidden: {msg}", qualified(group, resource)),
+            &format!(
+                "{} \"{name}\" is forbidden: {msg}",
+                qualified(group, resource)
+            ),
             details(name, group, resource),
         ),
     )
@@ -150,7 +153,10 @@ pub fn invalid(kind: &str, group: &str, name: &str, errors: &[(&str, &str, Strin
     let message = if text.len() == 1 {
         format!("{qualified_kind} \"{name}\" is invalid: {}", text[0])
     } else {
-        format!("{qualified_kind} \"{name}\" is invalid: [{}]", text.join(", "))
+        format!(
+            "{qualified_kind} \"{name}\" is invalid: [{}]",
+            text.join(", ")
+        )
     };
     let causes: Vec<Value> = errors
         .iter()
