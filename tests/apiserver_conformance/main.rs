@@ -8,7 +8,6 @@
 //! Facts listed as out of scope in `tests/common/apiserver/mod.rs` have no test here.
 
 #[path = "../common/apiserver/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod apiserver;
 
 mod eviction;

@@ -224,22 +224,6 @@ pub fn authorize(user: &User, a: &Attrs, store: &Store) -> Result<(), Reply> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens() {
-        assert_eq!(authenticate(Some("Bearer admin")).unwrap(), User::Admin);
-        assert_eq!(
-            authenticate(Some("Bearer node:node-a")).unwrap(),
-            User::Node("node-a".into())
-        );
-        assert_eq!(authenticate(Some("Bearer x")).unwrap_err().status(), 401);
-        assert_eq!(authenticate(None).unwrap_err().status(), 401);
-    }
-}
-
 /// `SelfSubjectAccessReview`: allowed unless a test denied the verb and resource
 /// ([`super::ApiServer::deny`]). Not among the measured facts: how the real Node authorizer
 /// answers a node's review without a name or field selector was not measured, so nothing here
@@ -263,4 +247,20 @@ pub fn access_review(state: &super::store::State, req: &super::http::Req) -> Rep
         json!({"allowed": true})
     };
     respond(201, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens() {
+        assert_eq!(authenticate(Some("Bearer admin")).unwrap(), User::Admin);
+        assert_eq!(
+            authenticate(Some("Bearer node:node-a")).unwrap(),
+            User::Node("node-a".into())
+        );
+        assert_eq!(authenticate(Some("Bearer x")).unwrap_err().status(), 401);
+        assert_eq!(authenticate(None).unwrap_err().status(), 401);
+    }
 }

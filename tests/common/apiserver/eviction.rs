@@ -1,133 +1,457 @@
-//! The Eviction subresource (`pkg/registry/core/pod/storage/eviction.go`) and
-//! PodDisruptionBudgets (`policy/v1`).
+//! The Eviction subresource (`pkg/registry/core/pod/storage/eviction.go`, with NodeRestriction's
+//! `admitPodEviction`) and PodDisruptionBudgets (`policy/v1`: create, get, list, watch, updates
+//! of the object and of `/status`). No disruption controller runs, as on the measured server:
+//! a PDB's status is what an admin writes and what evictions consume.
 //!
-//! Facts implemented here: (to be completed: section 6).
+//! Facts implemented here:
+//! * 6.1: an eviction answers 201 with a `Success` Status and deletes the pod with its spec grace;
+//! * 6.2: the `DisruptionTarget` condition is written first (its own `MODIFIED`), then the delete;
+//!   the inner writes are not requests (one record);
+//! * 6.3, 6.10: PDBs are not consulted for `Pending`, `Succeeded`, `Failed` or terminating pods;
+//! * 6.4: no disruption allowed: 429 with a `DisruptionBudget` cause, no `Retry-After` (dry run too);
+//! * 6.5: an allowed eviction decrements `disruptionsAllowed`, records `disruptedPods` and, at 0,
+//!   the `DisruptionAllowed=False`/`InsufficientPods` condition, in one PDB write;
+//! * 6.6: more than one PDB selecting the pod: 500 without a `reason`;
+//! * 6.7: `deleteOptions` are the delete's (grace);
+//! * 6.8: preconditions are checked after the budget is consumed (409, budget gone, pod untouched);
+//! * 6.9: a node evicts only pods bound to it (403); a missing pod is `pod "x" not found` (`pod`);
+//! * 6.11: a PDB not observed at its generation: 429 `still being processed`, `Retry-After: 10`;
+//! * 6.12: a not-ready pod is evicted without consuming the budget when currentHealthy is at
+//!   least desiredHealthy (and desiredHealthy > 0), or (inferred) the PDB's
+//!   `unhealthyPodEvictionPolicy` is `AlwaysAllow`;
+//! * 6.13: a new PDB's status is all zeros without `observedGeneration`; negative counts are 422;
+//! * 6.14: URL and body names must match (400); a `policy/v1beta1` body or one without a
+//!   namespace is accepted.
+//!
+//! Inferred from upstream, not measured: an admin's eviction of a missing pod is
+//! `pods "x" not found`; a body namespace other than the URL's is 400; the `DisruptionAllowed`
+//! condition carries a `lastTransitionTime` (its validation requires one); a PDB spec edit bumps
+//! `metadata.generation`; a not-ready pod's delete whose precondition fails is 429 `still being
+//! processed`; a negative budget or more than 2000 `disruptedPods` is 403; an empty or invalid
+//! selector selects nothing.
+//!
+//! Left out (no fact, nothing here needs them): PDB DELETE and `dryRun` on PDB writes; PDB spec
+//! validation; the eviction's retries on conflicts (its inner writes do not conflict here). PDB
+//! lists and watches are `watch::list_or_watch`'s.
 
+use super::authorization::User;
 use super::http::Req;
-use super::pods;
-use super::reply::{Reply, not_found, respond, status_body, success};
-use super::patch::strategic_merge;
-use super::store::{Kind, State, now_rfc3339, str_at};
+use super::patch::{PatchType, apply};
+use super::pods::{self, manager, touch_managed_fields};
+use super::reply::{
+    Reply, admission_forbidden, already_exists, bad_request, conflict_modified,
+    conflict_precondition, invalid, no_route, not_found, respond, respond_with, status_body,
+    success, unsupported_media_type,
+};
+use super::store::{Key, Kind, State, Store, now_rfc3339, str_at};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// An admin's create of a PodDisruptionBudget with the status given.
-pub fn create_pdb_trusted(state: &Arc<State>, pdb: Value) -> Value {
+const GROUP: &str = "policy";
+const PDBS: &str = "poddisruptionbudgets";
+const COUNTS: [&str; 4] = [
+    "disruptionsAllowed",
+    "currentHealthy",
+    "desiredHealthy",
+    "expectedPods",
+];
+const VIOLATION: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+
+/// The status fields as the API serialises them: the four counts always, `observedGeneration`,
+/// `disruptedPods` and `conditions` only when set.
+fn normalise_status(status: &mut Value) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    for k in COUNTS {
+        if status[k].is_null() {
+            status[k] = 0.into();
+        }
+    }
+    if let Some(m) = status.as_object_mut() {
+        m.retain(|k, v| match k.as_str() {
+            "observedGeneration" => v.as_i64().is_some_and(|g| g != 0),
+            "disruptedPods" => v.as_object().is_some_and(|d| !d.is_empty()),
+            "conditions" => v.as_array().is_some_and(|c| !c.is_empty()),
+            _ => !v.is_null(),
+        });
+    }
+}
+
+/// Fills in what the server sets on a created PDB.
+fn fill_new(s: &mut Store, pdb: &mut Value) {
+    pdb["apiVersion"] = "policy/v1".into();
+    pdb["kind"] = "PodDisruptionBudget".into();
+    pdb["metadata"]["uid"] = s.new_uid().into();
+    pdb["metadata"]["creationTimestamp"] = now_rfc3339().into();
+    if pdb["metadata"]["generation"].is_null() {
+        pdb["metadata"]["generation"] = 1.into();
+    }
+}
+
+/// An admin's create of a PodDisruptionBudget with the status given, as a disruption controller
+/// would have written it: unless given, `observedGeneration` is the generation.
+pub fn create_pdb_trusted(state: &Arc<State>, mut pdb: Value) -> Value {
     let mut s = state.lock();
-    let key = (
-        str_at(&pdb, "/metadata/namespace").to_owned(),
-        str_at(&pdb, "/metadata/name").to_owned(),
-    );
-    let before = s.pdbs.get(&key).cloned();
+    if str_at(&pdb, "/metadata/namespace").is_empty() {
+        pdb["metadata"]["namespace"] = "default".into();
+    }
+    let ns = str_at(&pdb, "/metadata/namespace").to_owned();
+    let before = (s.pdbs.get(&(ns, str_at(&pdb, "/metadata/name").to_owned()))).cloned();
+    fill_new(&mut s, &mut pdb);
+    if pdb["status"]["observedGeneration"].is_null() {
+        pdb["status"]["observedGeneration"] = pdb["metadata"]["generation"].clone();
+    }
+    normalise_status(&mut pdb["status"]);
     s.commit(&state.events_tx, Kind::Pdb, before.as_ref(), pdb)
 }
 
+/// `policy/v1` `poddisruptionbudgets` and `poddisruptionbudgets/status`, for an admin.
 pub fn pdbs(state: &Arc<State>, req: &Req) -> Reply {
     let a = &req.attrs;
-    match a.verb.as_str() {
-        "list" => {
-            let s = state.lock();
-            let items: Vec<Value> = s
-                .pdbs
-                .iter()
-                .filter(|((n, _), _)| a.namespace.is_empty() || *n == a.namespace)
-                .map(|(_, v)| v.clone())
-                .collect();
-            respond(
-                200,
-                &json!({"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
-            )
-        }
-        "get" => match state.lock().pdbs.get(&(a.namespace.clone(), a.name.clone())) {
+    let key = (a.namespace.clone(), a.name.clone());
+    let status = a.subresource == "status";
+    match (a.verb.as_str(), status) {
+        ("get", _) => match state.lock().pdbs.get(&key) {
             Some(p) => respond(200, p),
-            None => not_found("policy", "poddisruptionbudgets", &a.name),
+            None => not_found(GROUP, PDBS, &a.name),
         },
-        _ => super::reply::no_route(&req.method, &req.path),
+        ("create", false) => {
+            let mut pdb = req.body.clone();
+            let name = str_at(&pdb, "/metadata/name").to_owned();
+            let mut s = state.lock();
+            if !s.has_namespace(&a.namespace) {
+                return not_found("", "namespaces", &a.namespace);
+            }
+            if s.pdbs.contains_key(&(a.namespace.clone(), name.clone())) {
+                return already_exists(GROUP, PDBS, &name);
+            }
+            pdb["metadata"]["namespace"] = a.namespace.clone().into();
+            pdb["metadata"]["generation"] = Value::Null;
+            fill_new(&mut s, &mut pdb);
+            // the status of a create is the server's (fact 6.13)
+            pdb["status"] = json!({});
+            normalise_status(&mut pdb["status"]);
+            touch_managed_fields(&mut pdb, &manager(&req.user_agent), "Update", "");
+            respond(201, &s.commit(&state.events_tx, Kind::Pdb, None, pdb))
+        }
+        ("update" | "patch", _) => update_pdb(state, req, &key, status),
+        _ => no_route(&req.method, &req.path),
     }
 }
 
-pub fn evict(state: &Arc<State>, req: &Req) -> Reply {
-    let (ns, name) = (req.attrs.namespace.as_str(), req.attrs.name.as_str());
-    let opts = req.body.get("deleteOptions").cloned().unwrap_or(json!({}));
-    let (pod, pdbs) = {
-        let s = state.lock();
-        let Some(pod) = s.pods.get(&(ns.into(), name.into())).cloned() else {
-            return not_found("", "pods", name);
-        };
-        let labels = pod["metadata"]["labels"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        let pdbs: Vec<((String, String), Value)> = s
-            .pdbs
-            .iter()
-            .filter(|((pns, _), pdb)| {
-                pns == ns
-                    && pdb["spec"]["selector"]["matchLabels"]
-                        .as_object()
-                        .map(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
-                        .unwrap_or(true)
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        (pod, pdbs)
+/// PUT or PATCH of a PDB or (`status`) of its `/status`.
+fn update_pdb(state: &Arc<State>, req: &Req, key: &Key, status: bool) -> Reply {
+    let name = key.1.as_str();
+    let mut s = state.lock();
+    let Some(before) = s.pdbs.get(key).cloned() else {
+        return not_found(GROUP, PDBS, name);
     };
-    let bypass = matches!(
-        pod["status"]["phase"].as_str(),
-        Some("Pending" | "Succeeded" | "Failed")
-    ) || !pod["metadata"]["deletionTimestamp"].is_null();
-    if !bypass {
-        if pdbs.len() > 1 {
-            return respond(
-                500,
-                &status_body(
-                    500,
-                    "",
-                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-                    json!({}),
-                ),
-            );
-        }
-        if let Some((key, pdb)) = pdbs.first() {
-            let allowed = pdb["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
-            if allowed <= 0 {
-                let msg = format!(
-                    "The disruption budget {} needs {} healthy pods and has {} currently",
-                    key.1,
-                    pdb["status"]["desiredHealthy"].as_i64().unwrap_or(0),
-                    pdb["status"]["currentHealthy"].as_i64().unwrap_or(0)
-                );
-                return respond(
-                    429,
-                    &status_body(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        json!({"causes": [{"reason": "DisruptionBudget", "message": msg}]}),
-                    ),
-                );
-            }
-            let mut s = state.lock();
-            if let Some(p) = s.pdbs.get_mut(key) {
-                p["status"]["disruptionsAllowed"] = (allowed - 1).into();
-                p["status"]["disruptedPods"][name] = now_rfc3339().into();
-            }
+    let mut next = before.clone();
+    if req.method == "PUT" {
+        next = req.body.clone();
+    } else {
+        let Some(t) = PatchType::from_content_type(&req.content_type) else {
+            return unsupported_media_type(true);
+        };
+        if let Err(e) = apply(t, &mut next, &req.body) {
+            return bad_request(&e);
         }
     }
-    // DisruptionTarget before the graceful delete, as the eviction storage does
+    let sent_rv = str_at(&next, "/metadata/resourceVersion");
+    if !sent_rv.is_empty() && sent_rv != str_at(&before, "/metadata/resourceVersion") {
+        return conflict_modified(GROUP, PDBS, name);
+    }
+    let mut out = before.clone();
+    if status {
+        out["status"] = next["status"].clone();
+        normalise_status(&mut out["status"]);
+        // `ValidatePodDisruptionBudgetStatusUpdate`: the counts are not negative (fact 6.13)
+        let negative = |k: &&str| out["status"][*k].as_i64().filter(|v| *v < 0);
+        let fields: Vec<(String, i64)> = (COUNTS.iter())
+            .filter_map(|k| Some((format!("status.{k}"), negative(k)?)))
+            .collect();
+        let detail = |v: &i64| format!("Invalid value: {v}: must be greater than or equal to 0");
+        let errors: Vec<(&str, &str, String)> = (fields.iter())
+            .map(|(f, v)| (f.as_str(), "FieldValueInvalid", detail(v)))
+            .collect();
+        if !errors.is_empty() {
+            return invalid("PodDisruptionBudget", GROUP, name, &errors);
+        }
+    } else {
+        for k in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            out["metadata"][k] = next["metadata"][k].clone();
+        }
+        if let Some(m) = out["metadata"].as_object_mut() {
+            m.retain(|_, v| !v.is_null());
+        }
+        out["spec"] = next["spec"].clone();
+        if out["spec"] != before["spec"] {
+            let g = before["metadata"]["generation"].as_i64().unwrap_or(1);
+            out["metadata"]["generation"] = (g + 1).into();
+        }
+    }
+    let sub = if status { "status" } else { "" };
+    touch_managed_fields(&mut out, &manager(&req.user_agent), "Update", sub);
+    respond(
+        200,
+        &s.commit(&state.events_tx, Kind::Pdb, Some(&before), out),
+    )
+}
+
+/// `metav1.LabelSelector` matching; an empty or invalid selector selects nothing (as the
+/// eviction storage treats a PDB's selector).
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let match_labels = selector["matchLabels"].as_object().into_iter().flatten();
+    let mut exprs = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    if match_labels.clone().next().is_none() && exprs.clone().next().is_none() {
+        return false;
+    }
+    let label = |k: &str| labels[k].as_str();
+    let labels_ok = match_labels
+        .clone()
+        .all(|(k, v)| v.as_str().is_some_and(|v| label(k) == Some(v)));
+    labels_ok
+        && exprs.all(|e| {
+            let key = str_at(e, "/key");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match (str_at(e, "/operator"), values.is_empty()) {
+                ("In", false) => label(key).is_some_and(|l| values.contains(&l)),
+                ("NotIn", false) => label(key).is_none_or(|l| !values.contains(&l)),
+                ("Exists", true) => label(key).is_some(),
+                ("DoesNotExist", true) => label(key).is_none(),
+                _ => false,
+            }
+        })
+}
+
+fn is_ready(pod: &Value) -> bool {
+    let mut conds = pod["status"]["conditions"].as_array().into_iter().flatten();
+    conds.any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// 429 with a `DisruptionBudget` cause; `Retry-After` only when `retry` > 0 (facts 6.4, 6.11).
+fn too_many_requests(cause: String, retry: u32) -> Reply {
+    let mut details = json!({"causes": [{"reason": "DisruptionBudget", "message": cause}]});
+    let mut headers = Vec::new();
+    if retry > 0 {
+        details["retryAfterSeconds"] = retry.into();
+        headers.push(("Retry-After", retry.to_string()));
+    }
+    respond_with(
+        429,
+        &status_body(429, "TooManyRequests", VIOLATION, details),
+        &headers,
+    )
+}
+
+fn still_processing(pdb: &str) -> Reply {
+    let cause = format!("The disruption budget {pdb} is still being processed by the server.");
+    too_many_requests(cause, 10)
+}
+
+/// Sets `cond` in the condition list at `list` by type; the old `lastTransitionTime` stays
+/// when the status does not change (`UpdatePodCondition`, `SetStatusCondition`).
+fn set_condition(list: &mut Value, mut cond: Value) {
+    let mut conds = list.as_array().cloned().unwrap_or_default();
+    match conds.iter_mut().find(|c| c["type"] == cond["type"]) {
+        Some(c) => {
+            if c["status"] == cond["status"] {
+                cond["lastTransitionTime"] = c["lastTransitionTime"].clone();
+            }
+            *c = cond;
+        }
+        None => conds.push(cond),
+    }
+    *list = Value::Array(conds);
+}
+
+/// `checkAndDecrement`: consumes one disruption of the PDB at `key` for pod `pod` (facts 6.4,
+/// 6.5, 6.11); a dry run writes nothing. `Some`: the answer that refuses it.
+fn check_and_decrement(
+    state: &State,
+    s: &mut Store,
+    key: &Key,
+    pod: &str,
+    dry_run: bool,
+) -> Option<Reply> {
+    let Some(before) = s.pdbs.get(key).cloned() else {
+        return Some(not_found(GROUP, PDBS, &key.1));
+    };
+    let (st, name) = (&before["status"], key.1.as_str());
+    let count = |k: &str| st[k].as_i64().unwrap_or(0);
+    if count("observedGeneration") < before["metadata"]["generation"].as_i64().unwrap_or(0) {
+        return Some(still_processing(name));
+    }
+    let allowed = count("disruptionsAllowed");
+    let forbidden = |msg: &str| Some(admission_forbidden(GROUP, "poddisruptionbudget", name, msg));
+    if allowed < 0 {
+        return forbidden("pdb disruptions allowed is negative");
+    }
+    if st["disruptedPods"]
+        .as_object()
+        .is_some_and(|d| d.len() > 2000)
+    {
+        let msg = "DisruptedPods map too big - too many evictions not confirmed by PDB controller";
+        return forbidden(msg);
+    }
+    if allowed == 0 {
+        let (desired, current) = (count("desiredHealthy"), count("currentHealthy"));
+        let cause = format!(
+            "The disruption budget {name} needs {desired} healthy pods and has {current} currently"
+        );
+        return Some(too_many_requests(cause, 0));
+    }
+    if dry_run {
+        return None;
+    }
+    let mut next = before.clone();
+    next["status"]["disruptionsAllowed"] = (allowed - 1).into();
+    if allowed == 1 {
+        // `UpdateDisruptionAllowedCondition`
+        let cond = json!({"type": "DisruptionAllowed", "status": "False",
+            "observedGeneration": st["observedGeneration"].clone(), "reason": "InsufficientPods",
+            "message": "", "lastTransitionTime": now_rfc3339()});
+        set_condition(&mut next["status"]["conditions"], cond);
+    }
+    next["status"]["disruptedPods"][pod] = now_rfc3339().into();
+    s.commit(&state.events_tx, Kind::Pdb, Some(&before), next);
+    None
+}
+
+/// `addConditionAndDeletePod`: the preconditions against the latest pod, `DisruptionTarget`
+/// (fact 6.2), then the delete. `Some`: the failure's answer.
+fn condition_and_delete(
+    state: &Arc<State>,
+    key: &Key,
+    mut opts: Value,
+    dry_run: bool,
+) -> Option<Reply> {
+    let (ns, name) = (key.0.as_str(), key.1.as_str());
+    if !dry_run {
+        let mut s = state.lock();
+        let Some(before) = s.pods.get(key).cloned() else {
+            return Some(not_found("", "pods", name));
+        };
+        let rv = str_at(&before, "/metadata/resourceVersion");
+        for (what, field, have) in [
+            ("UID", "uid", str_at(&before, "/metadata/uid")),
+            ("ResourceVersion", "resourceVersion", rv),
+        ] {
+            let want = opts["preconditions"][field].as_str().unwrap_or("");
+            if !want.is_empty() && want != have {
+                return Some(conflict_precondition("Pod", name, what, want, have));
+            }
+        }
+        let mut pod = before.clone();
+        let cond = json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting", "lastTransitionTime": now_rfc3339()});
+        set_condition(&mut pod["status"]["conditions"], cond);
+        let stored = s.commit(&state.events_tx, Kind::Pod, Some(&before), pod);
+        // the condition's write moved the resourceVersion a precondition names
+        if opts["preconditions"]["resourceVersion"].is_string() {
+            opts["preconditions"]["resourceVersion"] =
+                stored["metadata"]["resourceVersion"].clone();
+        }
+    }
+    match pods::delete_admitted(state, ns, name, &opts, dry_run) {
+        (200, _) => None,
+        (code, v) => Some(respond(code, &v)),
+    }
+}
+
+/// `POST …/pods/NAME/eviction`.
+pub fn evict(state: &Arc<State>, req: &Req) -> Reply {
+    let key: Key = (req.attrs.namespace.clone(), req.attrs.name.clone());
+    let (name, body) = (key.1.as_str(), &req.body);
+    // the create handler: the object's namespace must be the request's (empty: filled in)
+    let body_ns = str_at(body, "/metadata/namespace");
+    if !body_ns.is_empty() && body_ns != key.0 {
+        return bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        );
+    }
+    // NodeRestriction (`admitPodEviction`), by the URL's name (fact 6.9)
+    if let User::Node(node) = &req.user {
+        let bound = state
+            .lock()
+            .pods
+            .get(&key)
+            .map(|p| str_at(p, "/spec/nodeName").to_owned());
+        match bound {
+            // the pod lister's NotFound: resource `pod`
+            None => return not_found("", "pod", name),
+            Some(n) if n != *node => {
+                let msg =
+                    format!("node {node} can only evict pods with spec.nodeName set to itself");
+                return admission_forbidden("", "pods", name, &msg);
+            }
+            Some(_) => {}
+        }
+    }
+    if str_at(body, "/metadata/name") != name {
+        return bad_request("name in URL does not match name in Eviction object");
+    }
+    let mut opts = body
+        .get("deleteOptions")
+        .filter(|o| o.is_object())
+        .cloned()
+        .unwrap_or(json!({}));
+    let dry_run = req.dry_run()
+        || opts["dryRun"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    // the PDB whose budget a not-ready pod's delete must not race (fact 6.12)
+    let mut guarded = None;
     {
         let mut s = state.lock();
-        if let Some(before) = s.pods.get(&(ns.into(), name.into())).cloned() {
-            let mut p = before.clone();
-            let cond = json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                              "message": "Eviction API: evicting", "lastTransitionTime": now_rfc3339()});
-            strategic_merge(&mut p["status"], &json!({"conditions": [cond]}));
-            s.commit(&state.events_tx, Kind::Pod, Some(&before), p);
+        let Some(pod) = s.pods.get(&key).cloned() else {
+            return not_found("", "pods", name);
+        };
+        let phase = str_at(&pod, "/status/phase");
+        // canIgnorePDB (facts 6.3, 6.10): no budget for these
+        let ignore = matches!(phase, "Pending" | "Succeeded" | "Failed");
+        if !ignore && pod["metadata"]["deletionTimestamp"].is_null() {
+            let labels = &pod["metadata"]["labels"];
+            let matching: Vec<Key> = (s.pdbs.iter())
+                .filter(|((pns, _), pdb)| {
+                    *pns == key.0 && selects(&pdb["spec"]["selector"], labels)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            if matching.len() > 1 {
+                let msg = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+                return respond(500, &status_body(500, "", msg, json!({})));
+            }
+            if let Some(pdb_key) = matching.first() {
+                let pdb = &s.pdbs[pdb_key];
+                let count = |k: &str| pdb["status"][k].as_i64().unwrap_or(0);
+                let desired = count("desiredHealthy");
+                let always = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
+                let healthy_enough = count("currentHealthy") >= desired && desired > 0;
+                if !is_ready(&pod) && (always || healthy_enough) {
+                    if !opts["preconditions"]["resourceVersion"].is_string() {
+                        opts["preconditions"]["resourceVersion"] =
+                            pod["metadata"]["resourceVersion"].clone();
+                        guarded = Some(pdb_key.1.clone());
+                    }
+                } else if let Some(r) = check_and_decrement(state, &mut s, pdb_key, name, dry_run) {
+                    return r;
+                }
+            }
         }
     }
-    let (code, v) = pods::delete_admitted(state, ns, name, &opts, false);
-    if code != 200 {
-        return respond(code, &v);
+    match condition_and_delete(state, &key, opts, dry_run) {
+        None => success(201, None),
+        Some(r) => match guarded {
+            Some(pdb) if r.status() == 409 => still_processing(&pdb),
+            _ => r,
+        },
     }
-    success(201, None)
 }

@@ -278,6 +278,9 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
         ("", "pods", "") => pods::handle(state, req),
         ("", "pods", "status") => status::handle(state, req),
         ("", "pods", "eviction") => eviction::evict(state, req),
+        ("policy", "poddisruptionbudgets", "") if matches!(a.verb.as_str(), "list" | "watch") => {
+            watch::list_or_watch(state, req, super::store::Kind::Pdb).await
+        }
         ("policy", "poddisruptionbudgets", "" | "status") => eviction::pdbs(state, req),
         ("", "nodes", "") if matches!(a.verb.as_str(), "list" | "watch") => {
             watch::list_or_watch(state, req, super::store::Kind::Node).await

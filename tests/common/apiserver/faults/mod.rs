@@ -36,20 +36,15 @@
 //! with `Retry-After: 1`), a new call replacing the previous one (it sets
 //! `Faults::fail_until`, which the next request turns into the rule, or see [`fail_for`]).
 
-use super::authorization::{Attrs, User};
-use super::http::{Req, request_info};
+use super::http::Req;
 use super::reply::{Reply, respond_with, status_body};
 use super::store::State;
-use super::{ApiServer, Body, Recorded};
+use super::{ApiServer, Recorded};
 use http_body_util::BodyExt;
-use hyper::body::{Bytes, Frame, SizeHint};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
