@@ -286,6 +286,9 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
             watch::list_or_watch(state, req, super::store::Kind::Node).await
         }
         ("", "nodes", "" | "status") => nodes::handle(state, req),
+        ("coordination.k8s.io", "leases", "") if matches!(a.verb.as_str(), "list" | "watch") => {
+            watch::list_or_watch(state, req, super::store::Kind::Lease).await
+        }
         ("coordination.k8s.io", "leases", "") => leases::handle(state, req),
         ("" | "events.k8s.io", "events", "") => events::handle(state, req),
         ("authorization.k8s.io", "selfsubjectaccessreviews", "") => {

@@ -161,6 +161,15 @@ impl ApiServer {
         s.commit(&st.events_tx, Kind::Pod, Some(&before), p);
     }
 
+    /// Creates a namespace (a fresh server has `default`, `kube-system`, `kube-public` and
+    /// `kube-node-lease`).
+    pub fn add_namespace(&self, ns: &str) {
+        let mut s = self.store();
+        if !s.has_namespace(ns) {
+            s.namespaces.push(ns.into());
+        }
+    }
+
     /// Creates or replaces a Node as an admin (the server adds the not-ready taint a fresh
     /// Node gets, fact 9).
     pub fn add_node(&self, node: Value) -> Value {
