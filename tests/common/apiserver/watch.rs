@@ -1,134 +1,458 @@
 //! LIST and WATCH of every resource (the apiserver's watch cache and `etcd3` watcher).
 //!
-//! Facts implemented here: (to be completed: section 7).
+//! Facts implemented here (`../shared/reference/apiserver-facts.md`):
+//! * 7.1: a watch from before the compaction point: 200, one `ERROR` (410 `Expired`), the end;
+//! * 7.2: LIST `resourceVersionMatch=Exact` before the compaction point → 410; `rv=1` → now;
+//! * 7.3: LIST from a future version: 504 `Timeout` after 3 s; a watch from it stays silent;
+//! * 7.4: a watch without rv or with `0`: `ADDED`s, then (bookmarks) the initial-events-end one;
+//! * 7.5: `sendInitialEvents=true`: the same, bookmark at the current rv; no rvMatch → 422;
+//! * 7.6: bookmarks every [`State::bookmark_every`] and 1.7 s before `timeoutSeconds` ends,
+//!   a bare Pod/Node with only `metadata.resourceVersion` (the last event of its resource);
+//! * 7.7: the node's 403s come from the authorizer ([`super::authorization`]), not from here;
+//! * field selectors (`=`, `==`, `!=`, the fields each resource indexes): an object leaving the
+//!   selection is sent as `DELETED` (its prior content), one entering it as `ADDED`.
+//!
+//! Inferred from upstream, not measured: 400 `field label not supported: X`; the other 422s of
+//! watch options; Exact LISTs within history; an initial-events watch from a future version
+//! ends with an `ERROR` (the 504 body); `rv=0` is treated as no rv (`SetListOptionsDefaults`:
+//! same `ADDED`s and bookmark); `…/pods/NAME?watch=1` selects by name. Approximation: after
+//! [`super::ApiServer::compact`], an object changed since is assumed selected (or not) by its
+//! new content when a watch replays from the compaction point (history keeps no prior object).
+//! Left out: `labelSelector` (ignored: no caller uses
+//! one); the 422s of list options; `limit`/`continue` (one page, as the watch cache served
+//! them before v1.34; reaplet's lists are far below kube-rs's page size); a watch without
+//! `timeoutSeconds` lasts 1800 s (the real server picks 1800–3600 s at random).
 
-use super::authorization::selector_terms;
 use super::http::Req;
-use super::reply::{Reply, respond, status_body};
-use super::store::{Kind, State};
+use super::reply::{Reply, bad_request, respond, respond_with, status_body};
+use super::store::{EventType, Kind, State, Store, WatchEvent, str_at};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::Response;
 use hyper::body::{Bytes, Frame};
 use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 
-fn field(obj: &Value, path: &str) -> String {
-    let mut v = obj;
-    for p in path.split('.') {
-        v = &v[p];
+/// How long a read from a future resourceVersion waits for it (the watch cache's 3 s).
+const FRESH_WAIT: Duration = Duration::from_secs(3);
+/// The last bookmark comes this long before `timeoutSeconds` ends (measured 1.7 s).
+const PRE_TIMEOUT: Duration = Duration::from_millis(1700);
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+type Key = (String, String);
+
+fn key(o: &Value) -> Key {
+    let m = |f: &str| str_at(o, &format!("/metadata/{f}")).to_owned();
+    (m("namespace"), m("name"))
+}
+
+/// The value of a selectable field, `None` if the resource does not index it.
+fn field_value(kind: Kind, o: &Value, field: &str) -> Option<String> {
+    let s = |p: &str| str_at(o, p).to_owned();
+    let b = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .to_string()
+    };
+    Some(match (kind, field) {
+        (_, "metadata.name") => s("/metadata/name"),
+        (Kind::Pod | Kind::Lease | Kind::Pdb, "metadata.namespace") => s("/metadata/namespace"),
+        (Kind::Pod, "spec.nodeName") => s("/spec/nodeName"),
+        (Kind::Pod, "spec.restartPolicy") => s("/spec/restartPolicy"),
+        (Kind::Pod, "spec.schedulerName") => s("/spec/schedulerName"),
+        (Kind::Pod, "spec.serviceAccountName") => s("/spec/serviceAccountName"),
+        (Kind::Pod, "spec.hostNetwork") => b("/spec/hostNetwork"),
+        (Kind::Pod, "status.phase") => s("/status/phase"),
+        (Kind::Pod, "status.nominatedNodeName") => s("/status/nominatedNodeName"),
+        (Kind::Pod, "status.podIP") => o
+            .pointer("/status/podIPs/0/ip")
+            .and_then(Value::as_str)
+            .unwrap_or(str_at(o, "/status/podIP"))
+            .to_owned(),
+        (Kind::Node, "spec.unschedulable") => b("/spec/unschedulable"),
+        _ => return None,
+    })
+}
+
+/// A field selector term: (field, equal (`=`/`==`) or not (`!=`), value).
+type Term = (String, bool, String);
+
+fn parse_fields(kind: Kind, sel: &str) -> Result<Vec<Term>, String> {
+    let mut terms = Vec::new();
+    for part in sel.split(',').filter(|p| !p.is_empty()) {
+        let (k, eq, v) = if let Some((k, v)) = part.split_once("!=") {
+            (k, false, v)
+        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            (k, true, v)
+        } else {
+            return Err(format!(
+                "invalid selector: '{sel}'; can't understand '{part}'"
+            ));
+        };
+        if field_value(kind, &json!({}), k).is_none() {
+            return Err(format!("field label not supported: {k}"));
+        }
+        terms.push((k.to_owned(), eq, v.to_owned()));
     }
-    v.as_str().unwrap_or("").to_owned()
+    Ok(terms)
 }
 
-/// `spec.nodeName=x,metadata.name=y` (`=`, `==`).
-pub fn matches_fields(obj: &Value, selector: Option<&str>) -> bool {
-    let Some(sel) = selector else { return true };
-    selector_terms(sel)
-        .iter()
-        .all(|(k, v)| field(obj, k) == *v)
+/// What a request selects: namespace and fields.
+struct Selection {
+    kind: Kind,
+    ns: Option<String>,
+    fields: Vec<Term>,
 }
 
-fn list_kind(kind: Kind) -> &'static str {
+impl Selection {
+    fn matches(&self, o: &Value) -> bool {
+        self.ns
+            .as_deref()
+            .is_none_or(|n| str_at(o, "/metadata/namespace") == n)
+            && self.fields.iter().all(|(k, eq, v)| {
+                (field_value(self.kind, o, k).as_deref() == Some(v.as_str())) == *eq
+            })
+    }
+}
+
+fn objects(s: &Store, kind: Kind) -> BTreeMap<Key, Value> {
     match kind {
-        Kind::Pod => "PodList",
-        Kind::Node => "NodeList",
-        Kind::Lease => "LeaseList",
-        Kind::Pdb => "PodDisruptionBudgetList",
+        Kind::Pod => s.pods.clone(),
+        Kind::Node => s.nodes.values().map(|o| (key(o), o.clone())).collect(),
+        Kind::Lease => s.leases.clone(),
+        Kind::Pdb => s.pdbs.clone(),
+    }
+}
+
+/// Every object of `kind` as it was at resourceVersion `at` (>= the compaction point): the
+/// current objects with the later history undone. An object last written before the compaction
+/// and changed after `at` is unknown; its first later version stands in for it.
+fn snapshot(s: &Store, kind: Kind, at: u64) -> BTreeMap<Key, Value> {
+    let mut objs = objects(s, kind);
+    let evs = s.history.iter().filter(|e| e.kind == kind);
+    let mut before: HashMap<Key, &WatchEvent> = HashMap::new();
+    let mut undone: HashMap<Key, ()> = HashMap::new();
+    for e in evs {
+        let k = key(&e.obj);
+        if e.rv <= at {
+            before.insert(k, e);
+        } else if undone.insert(k.clone(), ()).is_none() {
+            match before.get(&k) {
+                Some(p) if p.etype != EventType::Deleted => objs.insert(k, p.obj.clone()),
+                Some(_) => objs.remove(&k),
+                None if e.etype == EventType::Added => objs.remove(&k),
+                None => objs.insert(k, e.obj.clone()),
+            };
+        }
+    }
+    objs
+}
+
+/// (list kind, kind, apiVersion).
+fn kinds(kind: Kind) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        Kind::Pod => ("PodList", "Pod", "v1"),
+        Kind::Node => ("NodeList", "Node", "v1"),
+        Kind::Lease => ("LeaseList", "Lease", "coordination.k8s.io/v1"),
+        Kind::Pdb => (
+            "PodDisruptionBudgetList",
+            "PodDisruptionBudget",
+            "policy/v1",
+        ),
+    }
+}
+
+/// A query flag as the API decodes a bool: anything but `false`/`0` is true.
+fn flag(v: &str) -> bool {
+    !matches!(v.to_ascii_lowercase().as_str(), "false" | "0")
+}
+
+/// `validateWatchOptions` (after `SetListOptionsDefaults`): the 422 body.
+fn validate_watch(send_initial: Option<bool>, matching: &str) -> Result<(), Value> {
+    let mut errs: Vec<(&str, String)> = Vec::new();
+    if send_initial.is_some() && matching != "NotOlderThan" {
+        let d = "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan";
+        errs.push(("FieldValueForbidden", format!("Forbidden: {d}")));
+    }
+    if !matching.is_empty() && send_initial.is_none() {
+        let d = "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided";
+        errs.push(("FieldValueForbidden", format!("Forbidden: {d}")));
+    }
+    if !matching.is_empty() && matching != "NotOlderThan" {
+        let d = format!("Unsupported value: \"{matching}\": supported values: \"NotOlderThan\"");
+        errs.push(("FieldValueNotSupported", d));
+    }
+    if errs.is_empty() {
+        return Ok(());
+    }
+    let text: Vec<String> = errs
+        .iter()
+        .map(|(_, d)| format!("resourceVersionMatch: {d}"))
+        .collect();
+    let text = match text.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let causes: Vec<Value> = errs
+        .iter()
+        .map(|(r, d)| json!({"reason": r, "message": d, "field": "resourceVersionMatch"}))
+        .collect();
+    let details = json!({"group": "meta.k8s.io", "kind": "ListOptions", "causes": causes});
+    let msg = format!("ListOptions.meta.k8s.io \"\" is invalid: {text}");
+    Err(status_body(422, "Invalid", &msg, details))
+}
+
+/// 504 for a resourceVersion the store has not reached (fact 7.3).
+fn too_large(want: u64, current: u64) -> Value {
+    let msg = format!("Timeout: Too large resource version: {want}, current: {current}");
+    let causes =
+        [json!({"reason": "ResourceVersionTooLarge", "message": "Too large resource version"})];
+    let details = json!({"causes": causes, "retryAfterSeconds": 1});
+    status_body(504, "Timeout", &msg, details)
+}
+
+/// Waits up to 3 s for the store to reach `want`; `Err(current)` if it does not.
+async fn wait_fresh(state: &State, want: u64) -> Result<(), u64> {
+    let deadline = Instant::now() + FRESH_WAIT;
+    let mut rx = state.events_tx.subscribe();
+    loop {
+        let current = state.lock().rv;
+        if current >= want {
+            return Ok(());
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => return Err(current),
+            Ok(_) => {}
+        }
     }
 }
 
 pub async fn list_or_watch(state: &Arc<State>, req: &Req, kind: Kind) -> Reply {
-    let ns = (!req.attrs.namespace.is_empty()).then(|| req.attrs.namespace.clone());
-    let selector = req
-        .attrs
-        .field_selector
-        .clone()
-        .filter(|_| !state.faults.lock().unwrap().ignore_field_selectors);
-    let in_scope = |o: &Value| {
-        ns.as_deref()
-            .is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n))
-            && matches_fields(o, selector.as_deref())
+    let mut fields = match req.attrs.field_selector.as_deref() {
+        Some(sel) => match parse_fields(kind, sel) {
+            Ok(f) => f,
+            Err(msg) => return bad_request(&msg),
+        },
+        None => vec![],
     };
-    let s = state.lock();
-    let current: Vec<Value> = match kind {
-        Kind::Pod => s.pods.values().filter(|o| in_scope(o)).cloned().collect(),
-        Kind::Node => s.nodes.values().filter(|o| in_scope(o)).cloned().collect(),
-        Kind::Lease => s.leases.values().filter(|o| in_scope(o)).cloned().collect(),
-        Kind::Pdb => s.pdbs.values().filter(|o| in_scope(o)).cloned().collect(),
-    };
-    if !req.is_watch() {
-        return respond(
-            200,
-            &json!({"kind": list_kind(kind), "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": current}),
-        );
+    if state.faults.lock().unwrap().ignore_field_selectors {
+        fields.clear();
     }
-    let from: Option<u64> = req
-        .q("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .filter(|v| *v != 0);
-    let (tx, rx) = mpsc::channel::<Bytes>(1024);
-    let line =
-        |etype: &str, obj: &Value| Bytes::from(format!("{}\n", json!({"type": etype, "object": obj})));
-    if let Some(rv) = from
-        && rv < s.compacted
+    if !req.attrs.name.is_empty() {
+        // a watch of one object (`…/pods/NAME?watch=1`) selects it by name
+        fields.push(("metadata.name".into(), true, req.attrs.name.clone()));
+    }
+    let sel = Selection {
+        kind,
+        ns: (!req.attrs.namespace.is_empty()).then(|| req.attrs.namespace.clone()),
+        fields,
+    };
+    let rv_text = req.q("resourceVersion").unwrap_or("");
+    let mut matching = req.q("resourceVersionMatch").unwrap_or("");
+    let mut send_initial = req.q("sendInitialEvents").map(flag);
+    let legacy = rv_text.is_empty() || rv_text == "0";
+    if req.is_watch() && legacy && send_initial.is_none() && matching.is_empty() {
+        // SetListOptionsDefaults with WatchList on
+        send_initial = Some(true);
+        matching = "NotOlderThan";
+    }
+    if req.is_watch()
+        && let Err(body) = validate_watch(send_initial, matching)
     {
-        let gone = status_body(
-            410,
-            "Expired",
-            &format!("too old resource version: {rv} ({})", s.compacted),
-            json!({}),
-        );
-        let _ = tx.try_send(line("ERROR", &gone));
-        drop(tx);
+        return respond(422, &body);
+    }
+    let parsed = (!rv_text.is_empty()).then(|| rv_text.parse::<u64>());
+    let Ok(rv) = parsed.transpose() else {
+        return bad_request(&format!("invalid resource version: {rv_text}"));
+    };
+    if req.is_watch() {
+        return watch(state, req, sel, rv, send_initial == Some(true)).await;
+    }
+    if let Some(want) = rv.filter(|v| *v > state.lock().rv)
+        && let Err(current) = wait_fresh(state, want).await
+    {
+        let retry = [("retry-after", "1".to_owned())];
+        return respond_with(504, &too_large(want, current), &retry);
+    }
+    let s = state.lock();
+    let (at, objs) = match rv {
+        Some(at) if matching == "Exact" && at < s.compacted => {
+            let msg = "The resourceVersion for the provided list is too old.";
+            return respond(410, &status_body(410, "Expired", msg, json!({})));
+        }
+        Some(at) if matching == "Exact" && at < s.rv => (at, snapshot(&s, kind, at)),
+        _ => (s.rv, objects(&s, kind)),
+    };
+    drop(s);
+    let items: Vec<Value> = objs
+        .into_values()
+        .filter(|o| sel.matches(o))
+        .map(|mut o| {
+            if let Some(m) = o.as_object_mut() {
+                m.remove("kind");
+                m.remove("apiVersion");
+            }
+            o
+        })
+        .collect();
+    let (list, _, api_version) = kinds(kind);
+    let meta = json!({"resourceVersion": at.to_string()});
+    respond(
+        200,
+        &json!({"kind": list, "apiVersion": api_version, "metadata": meta, "items": items}),
+    )
+}
+
+fn line(etype: &str, obj: &Value) -> Bytes {
+    Bytes::from(format!("{}\n", json!({"type": etype, "object": obj})))
+}
+
+fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Bytes {
+    let (_, k, v) = kinds(kind);
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({INITIAL_EVENTS_END: "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": k, "apiVersion": v, "metadata": meta}),
+    )
+}
+
+/// The event one watcher sees for a store event, given the objects it has (`view`).
+fn transition(sel: &Selection, view: &mut HashMap<Key, Value>, ev: &WatchEvent) -> Option<Bytes> {
+    let k = key(&ev.obj);
+    let was = match ev.etype {
+        EventType::Added => None,
+        _ => view.remove(&k),
+    };
+    let now = ev.etype != EventType::Deleted && sel.matches(&ev.obj);
+    if now {
+        view.insert(k, ev.obj.clone());
+    }
+    match (was, now) {
+        (None, true) => Some(line("ADDED", &ev.obj)),
+        (Some(_), true) => Some(line("MODIFIED", &ev.obj)),
+        (Some(mut prev), false) => {
+            // gone, or out of the selection: its last selected content at this resourceVersion
+            prev["metadata"]["resourceVersion"] = ev.rv.to_string().into();
+            Some(line("DELETED", &prev))
+        }
+        (None, false) => None,
+    }
+}
+
+async fn watch(
+    state: &Arc<State>,
+    req: &Req,
+    sel: Selection,
+    rv: Option<u64>,
+    initial: bool,
+) -> Reply {
+    let kind = sel.kind;
+    let bookmarks = req.q("allowWatchBookmarks").is_some_and(flag);
+    let timeout = req.q("timeoutSeconds").and_then(|t| t.parse::<u64>().ok());
+    let deadline = Instant::now() + Duration::from_secs(timeout.filter(|t| *t > 0).unwrap_or(1800));
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let mut fresh = Ok(());
+    if initial && let Some(want) = rv.filter(|v| *v > state.lock().rv) {
+        fresh = wait_fresh(state, want).await;
+    }
+    let s = state.lock();
+    let too_old = rv.filter(|v| !initial && *v != 0 && *v < s.compacted);
+    let error = match (fresh, too_old) {
+        (Err(current), _) => Some(too_large(rv.unwrap_or(0), current)),
+        (_, Some(v)) => {
+            let msg = format!("too old resource version: {v} ({})", s.compacted);
+            Some(status_body(410, "Expired", &msg, json!({})))
+        }
+        _ => None,
+    };
+    if let Some(e) = error {
+        let _ = tx.try_send(line("ERROR", &e));
         return stream_response(rx);
     }
     let mut live = state.events_tx.subscribe();
+    let mut out = Vec::new();
+    let mut view: HashMap<Key, Value>;
+    let start = match rv.filter(|v| !initial && *v != 0) {
+        Some(from) if from < s.rv => {
+            view = snapshot(&s, kind, from)
+                .into_iter()
+                .filter(|(_, o)| sel.matches(o))
+                .collect();
+            let later = s.history.iter().filter(|e| e.kind == kind && e.rv > from);
+            out.extend(later.filter_map(|e| transition(&sel, &mut view, e)));
+            from
+        }
+        from => {
+            let objs: Vec<(Key, Value)> = objects(&s, kind)
+                .into_iter()
+                .filter(|(_, o)| sel.matches(o))
+                .collect();
+            if initial {
+                // the synthetic ADDEDs, in key order as the watch cache sends them
+                out.extend(objs.iter().map(|(_, o)| line("ADDED", o)));
+                if bookmarks {
+                    out.push(bookmark(kind, s.rv, true));
+                }
+            }
+            view = objs.into_iter().collect();
+            from.unwrap_or(s.rv).max(s.rv)
+        }
+    };
     let mut last = s.rv;
-    match from {
-        Some(rv) => {
-            for ev in s
-                .history
-                .iter()
-                .filter(|e| e.rv > rv && e.kind == kind && in_scope(&e.obj))
-            {
-                let _ = tx.try_send(line(ev.etype.as_str(), &ev.obj));
-            }
-        }
-        None => {
-            for o in &current {
-                let _ = tx.try_send(line("ADDED", o));
-            }
-        }
-    }
     drop(s);
-    let timeout = req
-        .q("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(1800);
+    let state = state.clone();
+    // When the next bookmark is due: a period from now, or 1.7 s before the deadline.
+    let next_bookmark = move || {
+        let period = *state.bookmark_every.lock().unwrap();
+        let now = Instant::now();
+        let at = (now + period).min(deadline.checked_sub(PRE_TIMEOUT)?);
+        (bookmarks && at > now).then_some(at)
+    };
     tokio::spawn(async move {
-        let deadline = tokio::time::sleep(Duration::from_secs(timeout));
-        tokio::pin!(deadline);
+        for b in out {
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+        let mut next = next_bookmark();
         loop {
-            tokio::select! {
-                _ = &mut deadline => return,
+            let due = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // bookmarks carry the last event of this resource seen; a watch from a future
+            // version sends nothing at or below it
+            let send = tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tx.closed() => return,
+                _ = due => {
+                    next = next_bookmark();
+                    (last >= start).then(|| bookmark(kind, last, false))
+                }
                 ev = live.recv() => match ev {
-                    Ok(ev) => {
-                        if ev.rv <= last || ev.kind != kind {
-                            continue;
-                        }
+                    Ok(ev) if ev.kind == kind && ev.rv > last => {
                         last = ev.rv;
-                        let scope = ns.as_deref().is_none_or(|n| ev.obj["metadata"]["namespace"].as_str() == Some(n))
-                            && matches_fields(&ev.obj, selector.as_deref());
-                        if scope && tx.send(line(ev.etype.as_str(), &ev.obj)).await.is_err() {
-                            return;
-                        }
+                        transition(&sel, &mut view, &ev).filter(|_| ev.rv > start)
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => return,
+                    Ok(_) => None,
+                    // a watcher too slow for the broadcast is ended, as the cacher ends it
+                    Err(_) => return,
                 },
+            };
+            if let Some(b) = send
+                && tx.send(b).await.is_err()
+            {
+                return;
             }
         }
     });
