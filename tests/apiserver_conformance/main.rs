@@ -12,7 +12,10 @@ mod apiserver;
 
 mod eviction;
 mod faults;
+mod force_delete;
+mod mirror;
 mod nodes;
+mod other;
 mod pods;
 mod status;
 mod watch;
@@ -132,12 +135,7 @@ impl Client {
             let resp = send.send_request(req).await.expect("an answer");
             let code = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let bytes = resp
-                .into_body()
-                .collect()
-                .await
-                .expect("a body")
-                .to_bytes();
+            let bytes = resp.into_body().collect().await.expect("a body").to_bytes();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             Resp {
                 code,
@@ -195,7 +193,9 @@ impl Client {
             let mut buf = Vec::new();
             while let Some(frame) = body.frame().await {
                 let Ok(frame) = frame else { break };
-                let Ok(data) = frame.into_data() else { continue };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
                 buf.extend_from_slice(&data);
                 while let Some(i) = buf.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=i).collect();

@@ -8,7 +8,7 @@ use super::faults::{self, Verdict};
 use super::patch::PatchType;
 use super::reply::{self, Reply};
 use super::store::State;
-use super::{Recorded, events, eviction, leases, nodes, pods, status, watch};
+use super::{Recorded, events, eviction, leases, nodes, pdbs, pods, status, watch};
 use http_body_util::BodyExt;
 use hyper::Request;
 use hyper::body::Incoming;
@@ -281,7 +281,7 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
         ("policy", "poddisruptionbudgets", "") if matches!(a.verb.as_str(), "list" | "watch") => {
             watch::list_or_watch(state, req, super::store::Kind::Pdb).await
         }
-        ("policy", "poddisruptionbudgets", "" | "status") => eviction::pdbs(state, req),
+        ("policy", "poddisruptionbudgets", "" | "status") => pdbs::pdbs(state, req),
         ("", "nodes", "") if matches!(a.verb.as_str(), "list" | "watch") => {
             watch::list_or_watch(state, req, super::store::Kind::Node).await
         }

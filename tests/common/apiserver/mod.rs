@@ -35,6 +35,7 @@ pub mod http;
 pub mod leases;
 pub mod nodes;
 pub mod patch;
+pub mod pdbs;
 pub mod pods;
 pub mod reply;
 pub mod status;
@@ -191,7 +192,7 @@ impl ApiServer {
     /// Creates a PodDisruptionBudget as an admin, with the status given (a disruption
     /// controller's work; none runs here).
     pub fn add_pdb(&self, pdb: Value) -> Value {
-        eviction::create_pdb_trusted(&self.state, pdb)
+        pdbs::create_pdb_trusted(&self.state, pdb)
     }
 
     pub fn get_pdb(&self, ns: &str, name: &str) -> Option<Value> {

@@ -369,4 +369,3 @@ pub fn after(state: &State, req: &Req, reply: Reply) -> Reply {
     };
     reply.map(|inner| Trickle::new(inner, rate, first_byte).boxed())
 }
-

@@ -1,8 +1,8 @@
 //! Fault rules: which requests a fault applies to ([`Match`]), what it does ([`Action`]) and
 //! for how long ([`FaultRule`]).
 
-use super::super::authorization::{Attrs, User};
 use super::super::Recorded;
+use super::super::authorization::{Attrs, User};
 use super::super::http::{Req, request_info};
 use std::time::Duration;
 
@@ -166,4 +166,3 @@ impl FaultRule {
         self
     }
 }
-
