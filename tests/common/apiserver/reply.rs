@@ -57,29 +57,33 @@ fn details(name: &str, group: &str, kind: &str) -> Value {
     d
 }
 
-/// 404 `{resource} "{name}" not found`.
-pub fn not_found(group: &str, resource: &str, name: &str) -> Reply {
+/// An answer about one named object: `{resource} "{name}" {what}`.
+fn about(code: u16, reason: &str, group: &str, resource: &str, name: &str, what: &str) -> Reply {
     respond(
-        404,
+        code,
         &status_body(
-            404,
-            "NotFound",
-            &format!("{} \"{name}\" not found", qualified(group, resource)),
+            code,
+            reason,
+            &format!("{} \"{name}\" {what}", qualified(group, resource)),
             details(name, group, resource),
         ),
     )
 }
 
+/// 404 `{resource} "{name}" not found`.
+pub fn not_found(group: &str, resource: &str, name: &str) -> Reply {
+    about(404, "NotFound", group, resource, name, "not found")
+}
+
 /// 409 AlreadyExists.
 pub fn already_exists(group: &str, resource: &str, name: &str) -> Reply {
-    respond(
+    about(
         409,
-        &status_body(
-            409,
-            "AlreadyExists",
-            &format!("{} \"{name}\" already exists", qualified(group, resource)),
-            details(name, group, resource),
-        ),
+        "AlreadyExists",
+        group,
+        resource,
+        name,
+        "already exists",
     )
 }
 
@@ -121,17 +125,13 @@ pub fn conflict_precondition(kind: &str, name: &str, what: &str, want: &str, hav
 
 /// 403 from an admission plugin (NodeRestriction): `{resource} "{name}" is forbidden: {msg}`.
 pub fn admission_forbidden(group: &str, resource: &str, name: &str, msg: &str) -> Reply {
-    respond(
+    about(
         403,
-        &status_body(
-            403,
-            "Forbidden",
-            &format!(
-                "{} \"{name}\" is forbidden: {msg}",
-                qualified(group, resource)
-            ),
-            details(name, group, resource),
-        ),
+        "Forbidden",
+        group,
+        resource,
+        name,
+        &format!("is forbidden: {msg}"),
     )
 }
 

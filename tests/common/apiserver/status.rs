@@ -70,19 +70,12 @@ const STATUS_FIELDS: [&str; 19] = [
 
 const IP_EXAMPLE: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
-type FieldError = (String, &'static str, String);
+use super::pods::FieldError;
 
 pub fn handle(state: &Arc<State>, req: &Req) -> Reply {
     let a = &req.attrs;
     match a.verb.as_str() {
-        "get" => match state
-            .lock()
-            .pods
-            .get(&(a.namespace.clone(), a.name.clone()))
-        {
-            Some(p) => respond(200, p),
-            None => not_found("", "pods", &a.name),
-        },
+        "get" => super::pods::get(state, req),
         "patch" | "update" => write(state, req),
         _ => super::reply::no_route(&req.method, &req.path),
     }
@@ -253,16 +246,7 @@ fn write(state: &Arc<State>, req: &Req) -> Reply {
     sync_ips(&mut status, "hostIP", "hostIPs");
     // ValidateObjectMetaUpdate (run twice: generic and the pod's) and ValidatePodStatusUpdate
     let mut errors: Vec<FieldError> = Vec::new();
-    let uid = str_at(&before, "/metadata/uid");
-    let sent_uid = str_at(&sent, "/metadata/uid");
-    if !sent_uid.is_empty() && sent_uid != uid {
-        let e = (
-            "metadata.uid".to_owned(),
-            "FieldValueInvalid",
-            format!("Invalid value: \"{sent_uid}\": field is immutable"),
-        );
-        errors.extend([e.clone(), e]);
-    }
+    errors.extend(super::pods::uid_errors(&before, &sent));
     errors.extend(mirror_annotation_errors(&before, &sent));
     let nominated = status
         .get("nominatedNodeName")

@@ -59,17 +59,44 @@ const TOPOLOGY_LABELS: [&str; 2] = [
     "topology.kubernetes.io/region",
 ];
 
+/// GET of a pod (or of its `/status`, the same object).
+pub fn get(state: &State, req: &Req) -> Reply {
+    let a = &req.attrs;
+    match state
+        .lock()
+        .pods
+        .get(&(a.namespace.clone(), a.name.clone()))
+    {
+        Some(p) => respond(200, p),
+        None => not_found("", "pods", &a.name),
+    }
+}
+
+/// A field error of a 422: (field, cause reason, detail).
+pub type FieldError = (String, &'static str, String);
+
+/// `metadata.uid` sent and not the stored one: immutable (listed twice, as the real server
+/// lists the cause, fact 4.5).
+pub fn uid_errors(before: &Value, sent: &Value) -> Vec<FieldError> {
+    let (uid, sent_uid) = (
+        str_at(before, "/metadata/uid"),
+        str_at(sent, "/metadata/uid"),
+    );
+    if sent_uid.is_empty() || sent_uid == uid {
+        return Vec::new();
+    }
+    let e = (
+        "metadata.uid".to_owned(),
+        "FieldValueInvalid",
+        format!("Invalid value: \"{sent_uid}\": field is immutable"),
+    );
+    vec![e.clone(), e]
+}
+
 pub fn handle(state: &Arc<State>, req: &Req) -> Reply {
     let a = &req.attrs;
     match a.verb.as_str() {
-        "get" => match state
-            .lock()
-            .pods
-            .get(&(a.namespace.clone(), a.name.clone()))
-        {
-            Some(p) => respond(200, p),
-            None => not_found("", "pods", &a.name),
-        },
+        "get" => get(state, req),
         "create" => create::create(state, req),
         "delete" => {
             let mut opts = if req.body.is_object() {

@@ -173,18 +173,7 @@ pub(super) fn update(state: &Arc<State>, req: &Req) -> Reply {
     }
     // ValidateObjectMetaUpdate (generic and the pod's) and ValidatePodUpdate
     let mut errors = Vec::new();
-    let (uid, sent_uid) = (
-        str_at(&before, "/metadata/uid"),
-        str_at(&next, "/metadata/uid"),
-    );
-    if !sent_uid.is_empty() && sent_uid != uid {
-        let e = (
-            "metadata.uid".to_owned(),
-            "FieldValueInvalid",
-            format!("Invalid value: \"{sent_uid}\": field is immutable"),
-        );
-        errors.extend([e.clone(), e]);
-    }
+    errors.extend(uid_errors(&before, &next));
     errors.extend(mirror_annotation_errors(&before, &next));
     errors.extend(validate_spec_update(&before["spec"], &next["spec"]));
     if !errors.is_empty() {
