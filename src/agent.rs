@@ -15,6 +15,7 @@ use crate::cgroups::{CgroupDriver, CgroupError, CgroupManager, CgroupNaming};
 use crate::cri::{CriClient, CriConfig, CriError, Runtime};
 use crate::events::EventSink;
 use crate::file_source;
+use crate::lifecycle::PodPhase;
 use crate::metrics::Metrics;
 use crate::sd_notify::Notifier;
 use crate::server::{self, AgentState};
@@ -123,13 +124,13 @@ struct Live<R> {
 
 impl<R: Runtime> Live<R> {
     fn summary(&self) -> String {
-        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut counts: std::collections::HashMap<PodPhase, usize> = Default::default();
         for v in self.workers.snapshot() {
-            *counts.entry(v.state).or_default() += 1;
+            *counts.entry(v.phase).or_default() += 1;
         }
-        let parts: Vec<String> = ["sync", "terminating", "terminated", "finished"]
+        let parts: Vec<String> = PodPhase::ALL
             .iter()
-            .map(|s| format!("{} {s}", counts.get(s).copied().unwrap_or(0)))
+            .map(|p| format!("{} {}", counts.get(p).copied().unwrap_or(0), p.as_str()))
             .collect();
         format!("pods: {}", parts.join(", "))
     }
@@ -171,12 +172,13 @@ impl<R: Runtime> AgentState for Live<R> {
             .snapshot()
             .into_iter()
             .map(|v| {
-                let deadline = v.deadline.map(|d| {
-                    if d >= now { (d - now).as_secs_f64() } else { -(now - d).as_secs_f64() }
-                });
                 serde_json::json!({
-                    "pod": v.key, "uid": v.uid.as_str(), "state": v.state, "gracePeriod": v.grace,
-                    "deadlineInSeconds": deadline, "step": v.step, "reason": v.reason, "source": v.config,
+                    "pod": v.key, "uid": v.uid.as_str(), "state": v.phase.as_str(),
+                    "gracePeriod": v.grace,
+                    "deadlineInSeconds": v.deadline.map(|d| d.signed_secs(now)),
+                    "deadlineOrigin": v.deadline.map(|d| d.origin.as_str()),
+                    "step": v.step.as_str(), "reason": v.reason.as_ref().map(|r| r.as_str()),
+                    "source": v.source.as_str(),
                 })
             })
             .collect();

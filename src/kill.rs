@@ -230,9 +230,7 @@ async fn kill_container<R: Runtime>(
         })
     };
     // a resumed termination counts down to the pod's deadline, whatever happened before
-    let cap = pod
-        .kill_deadline
-        .map(|d| d.saturating_sub(crate::wall_ns() / 1_000_000_000).max(0));
+    let cap = pod.kill_deadline.map(|d| d.remaining_secs(Instant::now()));
     let mut g = cap.map_or(pod_grace, |cap| pod_grace.min(cap));
     if let Some(handler) = &spec.pre_stop
         && g > 0
@@ -343,12 +341,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_resumed_kill_counts_down_to_the_pod_deadline_without_a_new_floor() {
-        let now = crate::wall_ns() / 1_000_000_000;
+        use crate::deadline::{Deadline, DeadlineOrigin::Resumed};
+        let now = Instant::now();
         // deadline passed (a reaplet restarted after it): immediate SIGKILL, no hook
         let rt = FakeRuntime::default();
         rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
         let mut p = pod("p", &[("app", sleep_hook(4))], &[]);
-        p.kill_deadline = Some(now - 3);
+        p.kill_deadline = Some(Deadline::after(now, -3, Resumed));
         run(&rt, &p, 1).await.unwrap();
         assert_eq!(rt.stops_of("p-app")[0].0, 0, "past the deadline: timeout 0");
         assert!(
@@ -361,7 +360,7 @@ mod tests {
         let rt = FakeRuntime::default();
         rt.add_pod("q", &[("app", Behaviour::IgnoreTerm)]);
         let mut q = pod("q", &[("app", None)], &[]);
-        q.kill_deadline = Some(now + 1);
+        q.kill_deadline = Some(Deadline::after(now, 1, Resumed));
         run(&rt, &q, 30).await.unwrap();
         let t = rt.stops_of("q-app")[0].0;
         assert!((1..=2).contains(&t), "capped at the deadline, got {t}");

@@ -4,6 +4,7 @@
 //! * [`cri`]: the runtime seam [`pkg/kubelet/cri/remote`], generated from `proto/api.proto`;
 //! * [`pod`]: what the pipeline knows of a pod [`v1.Pod`, `kuberuntime/labels.go`];
 //! * [`grace`]: grace-period math [`calculateEffectiveGracePeriod`, `killContainer`];
+//! * [`deadline`]: the one deadline type (monotonic instant and origin);
 //! * [`lifecycle`]: the per-pod state machine [`podSyncStatus`, `podWorkerLoop`];
 //! * [`workers`]: per-UID owner tasks and housekeeping [`podWorkers`, `HandlePodCleanups`];
 //! * [`kill`], [`hooks`]: stopping containers and sandboxes, preStop hooks
@@ -25,6 +26,7 @@ pub mod cgroups;
 pub mod check;
 pub mod config;
 pub mod cri;
+pub mod deadline;
 pub mod demo;
 pub mod events;
 pub mod file_source;

@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use reaplet::cri::pb;
-use reaplet::lifecycle::KillReason;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
 use reaplet::workers::KillRequest;
 use serde_json::json;
@@ -20,7 +19,7 @@ async fn term_trapping_container_stops_at_once_with_exit_0() {
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let st = h.status(p.container_id("app")).await;
     assert_eq!(st.exit_code, 0);
     let took = secs(st.finished_at - t0);
@@ -59,12 +58,12 @@ async fn pod_cgroups_of_every_qos_class_are_removed_in_every_hierarchy() {
         infos.push(t.pod_info());
         launched.push((t, p));
     }
-    h.workers.set_desired(infos, Some(1));
+    h.desire(infos);
     for (t, _) in &launched {
         h.workers.upsert(t.deleted(30));
     }
     for (_, p) in &launched {
-        h.wait_state(&p.uid, "finished", LIMIT).await;
+        h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
         h.assert_gone(&p.uid).await;
     }
     h.shutdown().await;
@@ -77,7 +76,7 @@ async fn term_ignoring_container_is_killed_at_its_grace_never_before() {
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(3));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let st = h.status(p.container_id("app")).await;
     assert_stopped(&st, t0, 137, 3.0..4.5);
     h.assert_gone(&p.uid).await;
@@ -111,7 +110,7 @@ async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
         .expect("kill notice sent");
     let st = h.status(p.container_id("app")).await;
     assert_stopped(&st, t0, 137, 2.0..3.5);
-    let v = h.wait_state(&p.uid, "finished", LIMIT).await;
+    let v = h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     assert_eq!(v.grace, Some(1));
     h.assert_gone(&p.uid).await;
     h.shutdown().await;
@@ -124,11 +123,11 @@ async fn shorter_grace_mid_way_cuts_the_kill_short() {
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
-    h.wait_state(&p.uid, "terminating", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Terminating, LIMIT).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let t1 = now_ns();
     h.workers.upsert(t.deleted(3));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let st = h.status(p.container_id("app")).await;
     assert_eq!(st.exit_code, 137);
     let after_shorten = secs(st.finished_at - t1);
@@ -160,7 +159,7 @@ async fn exec_prestop_runs_before_sigterm_and_its_time_comes_off_the_grace() {
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(5));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let ordered = h.status(p.container_id("ordered")).await;
     assert_eq!(
         ordered.exit_code, 0,
@@ -190,7 +189,7 @@ async fn prestop_longer_than_grace_is_cut_and_the_container_still_gets_two_secon
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(3));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let st = h.status(p.container_id("app")).await;
     // hook cut at 3 s, then the 2 s floor
     assert_stopped(&st, t0, 137, 5.0..6.5);
@@ -234,7 +233,7 @@ async fn http_and_sleep_prestop_hooks_run_before_sigterm() {
     let p = h.launch_desired(&t).await;
     let t0 = now_ns();
     h.workers.upsert(t.deleted(30));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let (at, head) = seen_rx
         .try_recv()
         .expect("the httpGet hook reached the server");
@@ -263,7 +262,7 @@ async fn sidecars_stop_after_main_containers_in_reverse_order() {
         .container(ContainerTemplate::new("main", slow));
     let p = h.launch_desired(&t).await;
     h.workers.upsert(t.deleted(30));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let main = h.status(p.container_id("main")).await;
     let second = h.status(p.container_id("second")).await;
     let first = h.status(p.container_id("first")).await;
@@ -296,10 +295,10 @@ async fn orphan_is_stopped_with_grace_one_and_its_prestop_rebuilt_from_annotatio
     let p = launch(&h.tb, &t).await.unwrap();
     let t0 = now_ns();
     // the desired set is known and does not have this pod
-    h.workers.set_desired(vec![], Some(1));
-    let v = h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.desire(vec![]);
+    let v = h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     assert_eq!(v.grace, Some(1));
-    assert_eq!(v.reason, Some("orphan"));
+    assert_eq!(v.reason, Some(KillReason::Orphan));
     let stubborn = h.status(p.container_id("stubborn")).await;
     assert_stopped(&stubborn, t0, 137, 2.0..4.5);
     let hooked = h.status(p.container_id("hooked")).await;
@@ -360,14 +359,13 @@ async fn natural_completion_terminates_on_its_own() {
     failing.restart_policy = "OnFailure";
     let pd = launch(&h.tb, &done).await.unwrap();
     let pf = launch(&h.tb, &failing).await.unwrap();
-    h.workers
-        .set_desired(vec![done.pod_info(), failing.pod_info()], Some(1));
-    let v = h.wait_state(&pd.uid, "finished", LIMIT).await;
-    assert_eq!(v.reason, Some("completed"));
+    h.desire(vec![done.pod_info(), failing.pod_info()]);
+    let v = h.wait_state(&pd.uid, PodPhase::Finished, LIMIT).await;
+    assert_eq!(v.reason, Some(KillReason::Completed));
     h.assert_gone(&pd.uid).await;
     // OnFailure with a failed container would be restarted: not complete
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(h.workers.view(&pf.uid).unwrap().state, "sync");
+    assert_eq!(h.workers.view(&pf.uid).unwrap().phase, PodPhase::Sync);
     h.shutdown().await;
 }
 
@@ -409,7 +407,7 @@ async fn hostile_runtime_labels_are_skipped_never_touched() {
         .unwrap()
         .into_inner()
         .pod_sandbox_id;
-    h.workers.set_desired(vec![], Some(1));
+    h.desire(vec![]);
     h.workers.relist().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -448,9 +446,9 @@ async fn processes_left_in_the_pod_cgroup_are_killed_and_the_cgroup_removed() {
     let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     assert!(membership.contains("leftover"), "{membership}");
     let reaper = std::thread::spawn(move || child.wait().unwrap());
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    h.desire(vec![t.pod_info()]);
     h.workers.upsert(t.deleted(30));
-    h.wait_state(&p.uid, "finished", LIMIT).await;
+    h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
     let status = reaper.join().unwrap();
     assert_eq!(
         status.signal(),

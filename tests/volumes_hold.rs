@@ -56,18 +56,19 @@ async fn mounted_volume_holds_cleanup_until_unmounted() {
     }
     let guard = Unmount(vol.clone());
 
-    h.workers.set_desired(vec![t.pod_info()], Some(1));
+    h.desire(vec![t.pod_info()]);
     h.workers.upsert(t.deleted(30));
     let v = h
-        .wait_state(&p.uid, "terminated", Duration::from_secs(20))
+        .wait_state(&p.uid, PodPhase::Terminated, Duration::from_secs(20))
         .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let v2 = h.workers.view(&p.uid).unwrap();
     assert_eq!(
-        v2.state, "terminated",
+        v2.phase,
+        PodPhase::Terminated,
         "cleanup went on with a mounted volume: {v:?} {v2:?}"
     );
-    assert_eq!(v2.step, "waiting for volumes");
+    assert_eq!(v2.step, reaplet::workers::Step::WaitingForVolumes);
     assert!(
         !h.pod_cgroups(&p.uid).is_empty(),
         "cgroup removed before the volumes were unmounted"
@@ -79,7 +80,7 @@ async fn mounted_volume_holds_cleanup_until_unmounted() {
         "the still-mounted volume is not named in the log:\n{log}"
     );
     drop(guard);
-    h.wait_state(&p.uid, "finished", Duration::from_secs(20))
+    h.wait_state(&p.uid, PodPhase::Finished, Duration::from_secs(20))
         .await;
     h.assert_gone(&p.uid).await;
     h.shutdown().await;

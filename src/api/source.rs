@@ -10,6 +10,7 @@
 
 use super::status_manager::StatusManager;
 use crate::cri::Runtime;
+use crate::deadline::{Deadline, DeadlineOrigin};
 use crate::grace;
 use crate::lifecycle::KillReason;
 use crate::pod::{PodInfo, PodUid};
@@ -180,21 +181,23 @@ pub async fn run<R: Runtime>(
                         .flatten();
                     // every termination already under way when reaplet starts (whatever its
                     // grace) counts down to the pod's deadline
+                    // (the wall-clock deadline becomes a monotonic one here, at the API edge)
                     if !resumed && info.deletion_requested {
-                        info.kill_deadline = resume_deadline(&info);
+                        info.kill_deadline = resume_deadline(&info).map(|ts| {
+                            Deadline::from_unix(
+                                ts,
+                                now_secs(),
+                                tokio::time::Instant::now(),
+                                DeadlineOrigin::Resumed,
+                            )
+                        });
                     }
                     let uid = info.uid.clone();
                     workers.upsert(info);
                     if let Some(g) = resume {
                         tracing::info!(podUID = %uid, gracePeriod = g, "resuming a termination begun before this start");
-                        let _ = workers.kill(
-                            &uid,
-                            KillRequest {
-                                grace_override: Some(g),
-                                reason: KillReason::Deleted,
-                                done: None,
-                            },
-                        );
+                        let kill = KillRequest::new(KillReason::Deleted).grace(Some(g));
+                        let _ = workers.kill(&uid, kill);
                     }
                 }
                 resumed = true;

@@ -6,6 +6,8 @@ use reaplet::authority::Authority;
 use reaplet::cgroups::CgroupManager;
 use reaplet::cri::{ContainerDetail, CriClient, Runtime};
 use reaplet::events::{EventSink, PodEvent};
+#[allow(unused_imports)]
+pub use reaplet::lifecycle::{KillReason, PodPhase};
 use reaplet::pod::PodUid;
 use reaplet::testbed::Testbed;
 use reaplet::workers::{PipelineConfig, PodView, PodWorkers};
@@ -71,18 +73,26 @@ impl Harness {
         }
     }
 
-    /// Waits until the pod reaches `state` (panics after `limit`).
-    pub async fn wait_state(&self, uid: &PodUid, state: &str, limit: Duration) -> PodView {
+    /// The pods as a source's complete list, through the seam the sources use.
+    pub fn desire(&self, pods: Vec<reaplet::pod::PodInfo>) {
+        for p in pods {
+            self.workers.upsert(p);
+        }
+        self.workers.mark_source_synced("test");
+    }
+
+    /// Waits until the pod reaches `phase` (panics after `limit`).
+    pub async fn wait_state(&self, uid: &PodUid, phase: PodPhase, limit: Duration) -> PodView {
         let start = tokio::time::Instant::now();
         loop {
             if let Some(v) = self.workers.view(uid)
-                && v.state == state
+                && v.phase == phase
             {
                 return v;
             }
             if start.elapsed() > limit {
                 panic!(
-                    "pod {uid} did not reach {state} within {limit:?}: {:?}\ncontainerd log tail:\n{}",
+                    "pod {uid} did not reach {phase:?} within {limit:?}: {:?}\ncontainerd log tail:\n{}",
                     self.workers.view(uid),
                     tail(&self.tb.containerd_log(), 30)
                 );
@@ -223,7 +233,7 @@ impl Harness {
         t: &reaplet::testbed::PodTemplate,
     ) -> reaplet::testbed::LaunchedPod {
         let p = reaplet::testbed::launch(&self.tb, t).await.unwrap();
-        self.workers.set_desired(vec![t.pod_info()], Some(1));
+        self.desire(vec![t.pod_info()]);
         p
     }
 }

@@ -4,12 +4,16 @@
 //!
 //! Invariants:
 //! * transitions only go forward: Sync → Terminating → Terminated → Finished;
+//! * a termination starts only with [`Input::Kill`] (every reason to end a pod is a kill
+//!   request, `workers::KillRequest`); [`Input::Update`] only records what the object says,
+//!   and while terminating a shorter deletion grace restarts the kill (only-shorter);
 //! * the effective grace only decreases; a shorter one arriving while terminating restarts the
 //!   kill at once ([`Effect::StartKill`] with a new generation: the worker drops the old kill);
 //! * completion of a superseded kill (older generation) is ignored;
 //! * failures retry with capped exponential backoff; phase transitions act at once;
 //! * once Finished, every input is ignored.
 
+use crate::deadline::{Deadline, DeadlineOrigin};
 use crate::grace;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -25,6 +29,8 @@ pub enum KillReason {
     Completed,
     /// The API object disappeared (force delete, or deleted while reaplet was down).
     ObjectGone,
+    /// A static pod whose manifest file was removed.
+    ManifestRemoved,
     /// A runtime pod no desired pod has.
     Orphan,
     /// A kill through the library API (eviction, node shutdown, preemption): the
@@ -44,8 +50,51 @@ impl KillReason {
             Self::TerminalPhase => "terminal_phase",
             Self::Completed => "completed",
             Self::ObjectGone => "object_gone",
+            Self::ManifestRemoved => "manifest_removed",
             Self::Orphan => "orphan",
             Self::Requested { .. } => "requested",
+        }
+    }
+
+    /// The reason of the `DisruptionTarget` condition this kill implies for the terminal
+    /// status, if any (the API server writes its own for evictions and deletions).
+    pub fn disruption_target(&self) -> Option<&str> {
+        match self {
+            Self::Requested { disruption, .. } => disruption.as_deref(),
+            Self::Deleted
+            | Self::TerminalPhase
+            | Self::Completed
+            | Self::ObjectGone
+            | Self::ManifestRemoved
+            | Self::Orphan => None,
+        }
+    }
+}
+
+/// The lifecycle's phase without its data: what `reaplet pods`, metrics and housekeeping
+/// decide on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PodPhase {
+    Sync,
+    Terminating,
+    Terminated,
+    Finished,
+}
+
+impl PodPhase {
+    pub const ALL: [PodPhase; 4] = [
+        PodPhase::Sync,
+        PodPhase::Terminating,
+        PodPhase::Terminated,
+        PodPhase::Finished,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sync => "sync",
+            Self::Terminating => "terminating",
+            Self::Terminated => "terminated",
+            Self::Finished => "finished",
         }
     }
 }
@@ -82,13 +131,17 @@ pub enum Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn name(&self) -> &'static str {
+    pub fn phase(&self) -> PodPhase {
         match self {
-            Self::Sync => "sync",
-            Self::Terminating { .. } => "terminating",
-            Self::Terminated { .. } => "terminated",
-            Self::Finished { .. } => "finished",
+            Self::Sync => PodPhase::Sync,
+            Self::Terminating { .. } => PodPhase::Terminating,
+            Self::Terminated { .. } => PodPhase::Terminated,
+            Self::Finished { .. } => PodPhase::Finished,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.phase().as_str()
     }
 }
 
@@ -172,14 +225,18 @@ impl PodMachine {
     }
 
     /// When the current kill sends SIGKILL at the latest (attempt start + grace, 2 s floor).
-    pub fn kill_deadline(&self) -> Option<Instant> {
+    pub fn kill_deadline(&self) -> Option<Deadline> {
         match (&self.lifecycle, self.grace) {
             (
                 Lifecycle::Terminating {
                     attempt_started, ..
                 },
                 Some(g),
-            ) => Some(*attempt_started + grace::as_duration(grace::container_stop_timeout(g))),
+            ) => Some(Deadline::after(
+                *attempt_started,
+                grace::container_stop_timeout(g),
+                DeadlineOrigin::Grace,
+            )),
             _ => None,
         }
     }
@@ -247,12 +304,16 @@ pub fn step(m: &mut PodMachine, input: Input, now: Instant) -> Vec<Effect> {
             if deletion_grace.is_some() {
                 m.deletion_grace = deletion_grace;
             }
-            if deletion_requested {
-                terminate(m, None, KillReason::Deleted, now)
-            } else if terminal_phase {
-                terminate(m, None, KillReason::TerminalPhase, now)
-            } else {
-                Vec::new()
+            // the termination itself starts with the kill request the registry sends for a
+            // deleted or terminal object; a shorter deletion grace arriving while terminating
+            // restarts the kill at once
+            let _ = terminal_phase;
+            match (&m.lifecycle, deletion_requested) {
+                (Lifecycle::Terminating { .. }, true) => {
+                    let reason = m.reason.clone().unwrap_or(KillReason::Deleted);
+                    terminate(m, None, reason, now)
+                }
+                _ => Vec::new(),
             }
         }
         Input::Kill {
@@ -341,271 +402,4 @@ pub fn step(m: &mut PodMachine, input: Input, now: Instant) -> Vec<Effect> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn upd(del: bool, dg: Option<i64>, terminal: bool, spec: Option<i64>) -> Input {
-        Input::Update {
-            deletion_requested: del,
-            deletion_grace: dg,
-            terminal_phase: terminal,
-            spec_grace: spec,
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn plain_update_stays_in_sync() {
-        let mut m = PodMachine::new(Some(30));
-        let now = Instant::now();
-        assert!(step(&mut m, upd(false, None, false, Some(30)), now).is_empty());
-        assert_eq!(m.lifecycle, Lifecycle::Sync);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn full_happy_path() {
-        let mut m = PodMachine::new(Some(30));
-        let t0 = Instant::now();
-        let e = step(&mut m, upd(true, Some(10), false, Some(30)), t0);
-        assert_eq!(
-            e,
-            vec![Effect::StartKill {
-                generation: 1,
-                grace: 10
-            }]
-        );
-        assert_eq!(m.reason, Some(KillReason::Deleted));
-        assert_eq!(m.kill_deadline(), Some(t0 + Duration::from_secs(10)));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let e = step(
-            &mut m,
-            Input::KillDone {
-                generation: 1,
-                ok: true,
-            },
-            Instant::now(),
-        );
-        assert_eq!(
-            e,
-            vec![
-                Effect::KillComplete,
-                Effect::StartCleanup(CleanupStage::Volumes)
-            ]
-        );
-        let e = step(
-            &mut m,
-            Input::CleanupDone {
-                stage: CleanupStage::Volumes,
-                ok: true,
-            },
-            Instant::now(),
-        );
-        assert_eq!(e, vec![Effect::StartCleanup(CleanupStage::Cgroup)]);
-        let e = step(
-            &mut m,
-            Input::CleanupDone {
-                stage: CleanupStage::Cgroup,
-                ok: true,
-            },
-            Instant::now(),
-        );
-        assert_eq!(e, vec![Effect::Finished]);
-        assert_eq!(m.lifecycle.name(), "finished");
-        // finished: everything is ignored
-        assert!(
-            step(
-                &mut m,
-                Input::Kill {
-                    grace_override: Some(0),
-                    reason: KillReason::Orphan
-                },
-                Instant::now()
-            )
-            .is_empty()
-        );
-        assert!(step(&mut m, upd(true, Some(0), true, None), Instant::now()).is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn shorter_grace_restarts_kill_longer_does_not() {
-        let mut m = PodMachine::new(Some(30));
-        let t0 = Instant::now();
-        step(&mut m, upd(true, Some(30), false, Some(30)), t0);
-        tokio::time::advance(Duration::from_secs(5)).await;
-        let t1 = Instant::now();
-        let e = step(&mut m, upd(true, Some(3), false, Some(30)), t1);
-        assert_eq!(
-            e,
-            vec![Effect::StartKill {
-                generation: 2,
-                grace: 3
-            }]
-        );
-        assert_eq!(m.kill_deadline(), Some(t1 + Duration::from_secs(3)));
-        // a longer one later is ignored, and so is an equal one
-        assert!(
-            step(
-                &mut m,
-                Input::Kill {
-                    grace_override: Some(20),
-                    reason: KillReason::Orphan
-                },
-                t1
-            )
-            .is_empty()
-        );
-        assert!(step(&mut m, upd(true, Some(3), false, Some(30)), t1).is_empty());
-        assert_eq!(m.grace, Some(3));
-        // the superseded attempt's completion is ignored
-        assert!(
-            step(
-                &mut m,
-                Input::KillDone {
-                    generation: 1,
-                    ok: true
-                },
-                t1
-            )
-            .is_empty()
-        );
-        assert_eq!(m.lifecycle.name(), "terminating");
-        let e = step(
-            &mut m,
-            Input::KillDone {
-                generation: 2,
-                ok: true,
-            },
-            t1,
-        );
-        assert_eq!(e[0], Effect::KillComplete);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn first_reason_wins_and_override_zero_is_one() {
-        let mut m = PodMachine::new(Some(600));
-        let now = Instant::now();
-        step(
-            &mut m,
-            Input::Kill {
-                grace_override: Some(0),
-                reason: KillReason::Orphan,
-            },
-            now,
-        );
-        assert_eq!(m.grace, Some(1));
-        step(&mut m, upd(true, Some(0), false, Some(600)), now);
-        assert_eq!(m.reason, Some(KillReason::Orphan));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn terminal_phase_terminates_with_spec_grace() {
-        let mut m = PodMachine::new(Some(45));
-        let e = step(&mut m, upd(false, None, true, Some(45)), Instant::now());
-        assert_eq!(
-            e,
-            vec![Effect::StartKill {
-                generation: 1,
-                grace: 45
-            }]
-        );
-        assert_eq!(m.reason, Some(KillReason::TerminalPhase));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn failures_back_off_and_retry() {
-        let mut m = PodMachine::new(Some(30));
-        let now = Instant::now();
-        step(
-            &mut m,
-            Input::Kill {
-                grace_override: Some(5),
-                reason: KillReason::Completed,
-            },
-            now,
-        );
-        let e = step(
-            &mut m,
-            Input::KillDone {
-                generation: 1,
-                ok: false,
-            },
-            now,
-        );
-        assert_eq!(e, vec![Effect::RetryAfter(Duration::from_secs(1))]);
-        let e = step(&mut m, Input::RetryDue, now);
-        assert_eq!(
-            e,
-            vec![Effect::StartKill {
-                generation: 2,
-                grace: 5
-            }]
-        );
-        let e = step(
-            &mut m,
-            Input::KillDone {
-                generation: 2,
-                ok: false,
-            },
-            now,
-        );
-        assert_eq!(e, vec![Effect::RetryAfter(Duration::from_secs(2))]);
-        // a shorter grace while waiting to retry starts at once
-        let e = step(
-            &mut m,
-            Input::Kill {
-                grace_override: Some(1),
-                reason: KillReason::Orphan,
-            },
-            now,
-        );
-        assert_eq!(
-            e,
-            vec![Effect::StartKill {
-                generation: 3,
-                grace: 1
-            }]
-        );
-        // the stale retry timer is then a no-op
-        assert!(step(&mut m, Input::RetryDue, now).is_empty());
-        step(
-            &mut m,
-            Input::KillDone {
-                generation: 3,
-                ok: true,
-            },
-            now,
-        );
-        let e = step(
-            &mut m,
-            Input::CleanupDone {
-                stage: CleanupStage::Volumes,
-                ok: false,
-            },
-            now,
-        );
-        assert_eq!(e, vec![Effect::RetryAfter(Duration::from_secs(1))]);
-        // a stage result while waiting is ignored; the retry restarts the same stage
-        assert!(
-            step(
-                &mut m,
-                Input::CleanupDone {
-                    stage: CleanupStage::Volumes,
-                    ok: true
-                },
-                now
-            )
-            .is_empty()
-        );
-        assert_eq!(
-            step(&mut m, Input::RetryDue, now),
-            vec![Effect::StartCleanup(CleanupStage::Volumes)]
-        );
-    }
-
-    #[test]
-    fn backoff_is_capped() {
-        assert_eq!(backoff(1), Duration::from_secs(1));
-        assert_eq!(backoff(3), Duration::from_secs(4));
-        assert_eq!(backoff(100), RETRY_MAX);
-        assert_eq!(backoff(u32::MAX), RETRY_MAX);
-    }
-}
+mod tests;

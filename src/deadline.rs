@@ -1,0 +1,116 @@
+//! One deadline type for the whole pipeline: a monotonic instant and where it came from.
+//! The kubelet keeps a pod's kill deadline implicitly (`podSyncStatus.gracePeriod` and the
+//! start of `killPod`, `pod_workers.go`); reaplet makes it a value, so that the lifecycle, the
+//! kill, `reaplet pods` and the ExceededGracePeriod alarm all read the same thing.
+//!
+//! Invariants:
+//! * deadlines live on tokio's monotonic clock (paused in unit tests); a wall-clock time
+//!   (the API's `deletionTimestamp`) is converted once, at the API edge
+//!   ([`Deadline::from_unix`]), and never compared with the wall clock again;
+//! * combining two deadlines keeps the earlier one ([`Deadline::earliest`]): a deadline is
+//!   never extended;
+//! * time left is rounded up to whole seconds ([`Deadline::remaining_secs`]): reaplet never
+//!   kills before a deadline because of rounding.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why a deadline is where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineOrigin {
+    /// The current kill attempt: its start plus the grace (2 s floor).
+    Grace,
+    /// A termination begun before reaplet (re)started: the API server's `deletionTimestamp`.
+    Resumed,
+    /// A kill retried after a failed attempt counts down to the first attempt's deadline.
+    FirstAttempt,
+}
+
+impl DeadlineOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grace => "grace",
+            Self::Resumed => "resumed",
+            Self::FirstAttempt => "first_attempt",
+        }
+    }
+}
+
+/// A point on the monotonic clock by which something must be done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub at: Instant,
+    pub origin: DeadlineOrigin,
+}
+
+impl Deadline {
+    pub fn new(at: Instant, origin: DeadlineOrigin) -> Self {
+        Self { at, origin }
+    }
+
+    /// `secs` seconds (negative: already past) after `start`.
+    pub fn after(start: Instant, secs: i64, origin: DeadlineOrigin) -> Self {
+        let d = Duration::from_secs(secs.unsigned_abs());
+        let at = if secs >= 0 {
+            start + d
+        } else {
+            start.checked_sub(d).unwrap_or(start)
+        };
+        Self { at, origin }
+    }
+
+    /// A wall-clock time (Unix seconds) as a deadline on the monotonic clock: the API edge's
+    /// one conversion. `now_unix` is the wall clock read at the same moment as `now`.
+    pub fn from_unix(unix_secs: i64, now_unix: i64, now: Instant, origin: DeadlineOrigin) -> Self {
+        Self::after(now, unix_secs.saturating_sub(now_unix), origin)
+    }
+
+    /// The earlier of two deadlines (a deadline is never extended).
+    pub fn earliest(a: Option<Deadline>, b: Option<Deadline>) -> Option<Deadline> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whole seconds left at `now`, rounded up; 0 once past.
+    pub fn remaining_secs(&self, now: Instant) -> i64 {
+        let left = self.at.saturating_duration_since(now);
+        let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        i64::try_from(secs).unwrap_or(i64::MAX)
+    }
+
+    /// Seconds left at `now`, negative once past (for display).
+    pub fn signed_secs(&self, now: Instant) -> f64 {
+        if self.at >= now {
+            (self.at - now).as_secs_f64()
+        } else {
+            -(now - self.at).as_secs_f64()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn rounding_conversion_and_earliest() {
+        let now = Instant::now();
+        let d = Deadline::after(now, 3, DeadlineOrigin::Grace);
+        assert_eq!(d.remaining_secs(now), 3);
+        assert_eq!(
+            d.remaining_secs(now + Duration::from_millis(2_100)),
+            1,
+            "rounded up"
+        );
+        assert_eq!(d.remaining_secs(now + Duration::from_secs(9)), 0);
+        let r = Deadline::from_unix(1_005, 1_000, now, DeadlineOrigin::Resumed);
+        assert_eq!(r.at, now + Duration::from_secs(5));
+        let past = Deadline::from_unix(990, 1_000, now, DeadlineOrigin::Resumed);
+        assert_eq!(past.remaining_secs(now), 0);
+        assert_eq!(Deadline::earliest(Some(d), Some(r)), Some(d));
+        assert_eq!(Deadline::earliest(None, Some(r)), Some(r));
+        assert!(past.signed_secs(now) < 0.0);
+    }
+}

@@ -1,0 +1,239 @@
+//! Housekeeping: the runtime relist (the PLEG's relist) and the parts of the kubelet's
+//! `HandlePodCleanups` (`kubelet_pods.go`) that act on what it finds: orphaned runtime pods,
+//! pods whose containers all exited (natural completion), the sandboxes of finished orphans,
+//! and workers that are done.
+//!
+//! Invariants:
+//! * a runtime pod unknown to every source is an orphan only if it predates the moment every
+//!   source had delivered a complete list (a newer one may simply not have reached reaplet);
+//! * natural completion needs every regular container's newest instance exited, and for
+//!   `OnFailure` every exit code 0;
+//! * every pod it ends goes through the same seam as the sources ([`KillRequest`]);
+//! * the registry lock is released before any runtime call; one line when relisting starts
+//!   failing and one when it works again, never one per poll.
+
+use super::{KillRequest, PodSource, PodWorkers};
+use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
+use crate::grace;
+use crate::lifecycle::{KillReason, PodPhase};
+use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
+
+async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What one relist found to do, decided under the registry lock and done after it.
+#[derive(Default)]
+struct Findings {
+    orphans: Vec<PodInfo>,
+    completion_checks: Vec<(PodInfo, Vec<RuntimeContainer>)>,
+    gc_sandboxes: Vec<String>,
+}
+
+impl<R: Runtime> PodWorkers<R> {
+    /// Housekeeping: relists the runtime (on container events when the runtime has them,
+    /// else every `relist_period`), finds orphans and naturally completed pods, and forgets
+    /// finished workers. Runs until cancelled.
+    pub async fn run_housekeeping(self) {
+        let cancel = self.inner.cancel.clone();
+        let mut relist_failing = false;
+        let mut events = match self.inner.runtime.container_events().await {
+            Ok(rx) => {
+                tracing::info!("runtime container events subscribed");
+                Some(rx)
+            }
+            Err(e) => {
+                tracing::info!(err = %e, "runtime has no container events; polling");
+                None
+            }
+        };
+        loop {
+            let period = if events.is_some() {
+                self.inner.config.relist_period_with_events
+            } else {
+                self.inner.config.relist_period
+            };
+            #[cfg(feature = "test-hooks")]
+            let frozen = self.inner.frozen.notified();
+            #[cfg(not(feature = "test-hooks"))]
+            let frozen = std::future::pending::<()>();
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = frozen => {
+                    tracing::warn!("test hook: housekeeping frozen");
+                    cancel.cancelled().await;
+                    return;
+                }
+                _ = tokio::time::sleep(period) => {}
+                _ = self.inner.relist_now.notified() => {}
+                ev = recv_opt(&mut events) => {
+                    if ev.is_none() {
+                        tracing::warn!("runtime container event stream ended; polling");
+                        events = None;
+                    }
+                }
+            }
+            match self.relist().await {
+                Err(e) if !relist_failing => {
+                    tracing::warn!(err = %e, "runtime relist failed; retrying every period");
+                    relist_failing = true;
+                }
+                Err(e) => tracing::debug!(err = %e, "runtime relist failed again"),
+                Ok(()) if relist_failing => {
+                    tracing::info!("runtime relist works again");
+                    relist_failing = false;
+                }
+                Ok(()) => {}
+            }
+            let beat = self.inner.started.elapsed().as_millis() as u64;
+            self.inner
+                .heartbeat
+                .store(beat, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// One housekeeping pass. Public so callers can force one.
+    pub async fn relist(&self) -> Result<(), CriError> {
+        let rt = &self.inner.runtime;
+        let sandboxes = rt.list_sandboxes(None).await?;
+        let containers = rt.list_containers(None).await?;
+        let grouped = pod::group_runtime(&sandboxes, &containers);
+        for id in &grouped.invalid {
+            tracing::warn!(id = %id, "runtime object with an invalid pod uid label skipped");
+        }
+        let found = self.judge(&grouped.pods);
+        for info in found.orphans {
+            tracing::info!(pod = %info.key(), podUID = %info.uid, "orphaned runtime pod found");
+            if let Some(m) = self.inner.metrics.get() {
+                m.orphaned_runtime_pods.inc();
+            }
+            let kill = KillRequest::new(KillReason::Orphan).grace(Some(grace::ORPHAN_GRACE));
+            self.deliver_from(info, PodSource::Runtime, kill);
+        }
+        for id in found.gc_sandboxes {
+            match rt.remove_pod_sandbox(&id).await {
+                Ok(()) => tracing::info!(sandboxID = %id, "removed sandbox of a finished orphan"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::warn!(sandboxID = %id, err = %e, "removing orphan sandbox failed")
+                }
+            }
+        }
+        for (pod, cs) in found.completion_checks {
+            if pod.restart_policy == RestartPolicy::OnFailure
+                && !self.all_exited_zero(&pod, &cs).await
+            {
+                continue;
+            }
+            tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
+            let _ = self.kill(&pod.uid, KillRequest::new(KillReason::Completed));
+        }
+        Ok(())
+    }
+
+    /// Decides, under the registry lock, what the runtime's pods call for.
+    fn judge(
+        &self,
+        runtime_pods: &std::collections::HashMap<
+            PodUid,
+            (Vec<&crate::cri::RuntimeSandbox>, Vec<&RuntimeContainer>),
+        >,
+    ) -> Findings {
+        let mut found = Findings::default();
+        let mut reg = self.registry();
+        for (uid, (sbs, cs)) in runtime_pods {
+            let alive = sbs.iter().any(|s| s.ready) || cs.iter().any(|c| c.state.may_run());
+            if let Some(pod) = reg.desired.get(uid) {
+                let in_sync = reg
+                    .workers
+                    .get(uid)
+                    .is_none_or(|w| w.phase() == PodPhase::Sync);
+                if in_sync
+                    && pod.restart_policy != RestartPolicy::Always
+                    && all_regular_exited(pod, cs)
+                {
+                    let cs = cs.iter().map(|c| (*c).clone()).collect();
+                    found.completion_checks.push((pod.clone(), cs));
+                }
+                continue;
+            }
+            // unknown to every source: an orphan only if it predates the sources' view
+            let Some(synced_at) = reg.synced_at else {
+                continue;
+            };
+            let predates = sbs.iter().all(|s| s.created_at < synced_at)
+                && cs.iter().all(|c| c.created_at < synced_at);
+            if !predates && !reg.workers.contains_key(uid) {
+                continue;
+            }
+            match reg.workers.get(uid).map(|w| w.phase()) {
+                None if alive => found.orphans.push(PodInfo::from_runtime(uid, sbs, cs)),
+                // nothing runs and the pod is gone: its sandboxes are garbage
+                None | Some(PodPhase::Finished) => {
+                    found.gc_sandboxes.extend(sbs.iter().map(|s| s.id.clone()))
+                }
+                Some(PodPhase::Sync | PodPhase::Terminating | PodPhase::Terminated) => {}
+            }
+        }
+        // forget finished workers whose pod is neither desired nor in the runtime
+        let desired = &reg.desired;
+        let forget: Vec<PodUid> = reg
+            .workers
+            .iter()
+            .filter(|(uid, w)| {
+                !desired.contains_key(*uid)
+                    && !runtime_pods.contains_key(*uid)
+                    && w.phase() == PodPhase::Finished
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in forget {
+            reg.workers.remove(&uid);
+        }
+        found
+    }
+
+    /// `OnFailure` completion: every regular container's newest instance exited with 0.
+    async fn all_exited_zero(&self, pod: &PodInfo, cs: &[RuntimeContainer]) -> bool {
+        for c in latest_regular(pod, cs) {
+            match self.inner.runtime.container_status(&c.id).await {
+                Ok(d) if d.exit_code == 0 => {}
+                Ok(_) => return false,
+                Err(e) => {
+                    tracing::debug!(err = %e, "container status failed");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The newest runtime container per regular container name of the spec.
+pub(super) fn latest_regular<'a>(
+    pod: &PodInfo,
+    cs: &'a [RuntimeContainer],
+) -> Vec<&'a RuntimeContainer> {
+    pod.containers
+        .iter()
+        .filter_map(|spec| {
+            cs.iter()
+                .filter(|c| c.name == spec.name)
+                .max_by_key(|c| (c.attempt, c.created_at))
+        })
+        .collect()
+}
+
+/// Every regular container of the spec has a runtime container and its newest one exited.
+pub(super) fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
+    !pod.containers.is_empty()
+        && pod.containers.iter().all(|spec| {
+            cs.iter()
+                .filter(|c| c.name == spec.name)
+                .max_by_key(|c| (c.attempt, c.created_at))
+                .is_some_and(|c| c.state == ContainerRunState::Exited)
+        })
+}

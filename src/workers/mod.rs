@@ -1,0 +1,372 @@
+//! Pod workers: the kubelet's `podWorkers` (`pod_workers.go`) and the housekeeping half of
+//! `HandlePodCleanups` (`kubelet_pods.go`).
+//!
+//! The pieces, as in the kubelet:
+//! * [`registry`]: UID → worker handle and each worker's coalescing mailbox, fed by the one
+//!   seam every source uses: [`PodWorkers::upsert`] (an object changed),
+//!   [`PodWorkers::remove`] (an object went) and [`PodWorkers::kill`] (a [`KillRequest`]:
+//!   every reason to end a pod, with its grace override and the `DisruptionTarget` reason it
+//!   implies). `UpdatePod`'s role.
+//! * [`worker`]: one owner task per pod UID (`podWorkerLoop`): it feeds its inputs to the pure
+//!   [`crate::lifecycle::step`] and carries out the effects (kill, cleanup, retries, reports).
+//! * [`housekeeping`]: the runtime relist (PLEG's relist), orphans, natural completion and
+//!   garbage collection of finished orphans' sandboxes.
+//!
+//! Invariants:
+//! * one owner task per pod UID, fed by a coalescing mailbox: the newest update wins, kill
+//!   requests and their completion notices are never lost;
+//! * the registry lock is a plain mutex never held across an await;
+//! * the lifecycle decisions are [`crate::lifecycle::step`]; this module only runs effects;
+//! * a kill is a cancellable future: a shorter grace drops the in-flight kill (and its CRI
+//!   calls) and starts a new one at once; cancellation of reaplet itself abandons work and
+//!   never kills a pod;
+//! * orphans are acted on only once every pod source has delivered a complete list;
+//! * a transition never waits for a poll: a kill completes when the runtime's stop calls
+//!   return, and the runtime is re-read right away.
+
+mod housekeeping;
+mod registry;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use crate::authority::Authority;
+use crate::cgroups::CgroupManager;
+use crate::cri::Runtime;
+use crate::deadline::Deadline;
+use crate::events::EventSink;
+use crate::lifecycle::{KillReason, PodPhase};
+use crate::metrics::Metrics;
+use crate::pod::{PodInfo, PodUid};
+use crate::status::ContainerFinal;
+use crate::volumes;
+use crate::wall_ns;
+use registry::Registry;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Settings of the pipeline (resolved and validated by the caller).
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// kubelet's `--root-dir`: volumes live in `<root_dir>/pods/<uid>/volumes`.
+    pub root_dir: PathBuf,
+    /// mountinfo to read (`/proc/self/mountinfo`).
+    pub mountinfo: PathBuf,
+    /// Volume poll period (kubelet: 100–300 ms) and overall bound (kubelet: 2 min 3 s).
+    pub volume_poll: Duration,
+    pub volume_wait: Duration,
+    /// Runtime relist period when the runtime has no container events (containerd 1.6).
+    pub relist_period: Duration,
+    /// Relist period when container events drive relists.
+    pub relist_period_with_events: Duration,
+    /// A kill still running this long after its deadline gets an `ExceededGracePeriod` event.
+    pub exceeded_grace_slack: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            root_dir: "/var/lib/kubelet".into(),
+            mountinfo: "/proc/self/mountinfo".into(),
+            volume_poll: Duration::from_millis(200),
+            volume_wait: Duration::from_secs(123),
+            relist_period: Duration::from_secs(1),
+            relist_period_with_events: Duration::from_secs(10),
+            exceeded_grace_slack: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The one way a pod is ended: why, with what grace, and who waits for it. A new reason to end
+/// a pod is a [`KillReason`] variant and a producer that sends this.
+#[derive(Debug)]
+pub struct KillRequest {
+    /// Only ever shortens the grace (kubelet's only-shorter overrides).
+    pub grace_override: Option<i64>,
+    pub reason: KillReason,
+    /// Completed once the pod's containers and sandboxes are stopped.
+    pub done: Option<oneshot::Sender<()>>,
+}
+
+impl KillRequest {
+    pub fn new(reason: KillReason) -> Self {
+        Self {
+            grace_override: None,
+            reason,
+            done: None,
+        }
+    }
+
+    /// With a grace override (it only ever shortens the grace).
+    pub fn grace(mut self, seconds: Option<i64>) -> Self {
+        self.grace_override = seconds;
+        self
+    }
+
+    /// Completes `done` once the pod's containers and sandboxes are stopped.
+    pub fn notify(mut self, done: oneshot::Sender<()>) -> Self {
+        self.done = Some(done);
+        self
+    }
+
+    /// The `DisruptionTarget` reason this kill implies for the terminal status.
+    pub fn disruption_target(&self) -> Option<&str> {
+        self.reason.disruption_target()
+    }
+}
+
+/// Where the workers report how a pod ended (the status manager).
+pub trait StatusSink: Send + Sync + 'static {
+    /// Every container and sandbox of the pod is stopped; `finals` is what the runtime says of
+    /// its containers. Called once per pod, before cleanup.
+    fn pod_terminated(&self, pod: &PodInfo, reason: Option<&KillReason>, finals: &[ContainerFinal]);
+    /// Cleanup (volumes, cgroup) finished: nothing of the pod is left on the node.
+    fn pod_finished(&self, pod: &PodInfo);
+}
+
+/// A failed cleanup stage (retried with backoff by the worker).
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error(transparent)]
+    Volumes(#[from] volumes::VolumeError),
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroups::CgroupError),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SeamError {
+    #[error("pod {0}: unknown to this agent")]
+    UnknownPod(String),
+}
+
+/// Where a pod came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodSource {
+    /// The API server.
+    Api,
+    /// A static manifest (`--pod-manifest-path`).
+    File,
+    /// Only the runtime has it (an orphan).
+    Runtime,
+}
+
+impl PodSource {
+    pub fn of(pod: &PodInfo) -> Self {
+        if pod.static_pod {
+            Self::File
+        } else {
+            Self::Api
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::File => "file",
+            Self::Runtime => "runtime",
+        }
+    }
+}
+
+/// What a worker is doing right now (for `reaplet pods`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A desired pod with no worker: running, nothing to do.
+    Running,
+    Starting,
+    StoppingContainers,
+    WaitingForVolumes,
+    RemovingCgroup,
+    BackingOff,
+    Done,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Starting => "starting",
+            Self::StoppingContainers => "stopping containers",
+            Self::WaitingForVolumes => "waiting for volumes",
+            Self::RemovingCgroup => "removing pod cgroup",
+            Self::BackingOff => "backing off",
+            Self::Done => "done",
+        }
+    }
+}
+
+/// A read-only view of one pod, for `reaplet pods` and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    pub uid: PodUid,
+    pub key: String,
+    pub phase: PodPhase,
+    pub grace: Option<i64>,
+    /// When the current kill SIGKILLs at the latest.
+    pub deadline: Option<Deadline>,
+    pub step: Step,
+    pub reason: Option<KillReason>,
+    pub source: PodSource,
+}
+
+struct Inner<R> {
+    runtime: Arc<R>,
+    cgroups: CgroupManager,
+    config: PipelineConfig,
+    events: EventSink,
+    authority: Arc<Authority>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    registry: Mutex<Registry>,
+    relist_now: Notify,
+    status: OnceLock<Arc<dyn StatusSink>>,
+    metrics: OnceLock<Arc<Metrics>>,
+    /// Housekeeping's last pass (ms since `started`), for the watchdog.
+    heartbeat: std::sync::atomic::AtomicU64,
+    started: Instant,
+    /// Test hook (feature `test-hooks`, never in release packages): a frozen housekeeping
+    /// loop stops at its next pass forever, as a wedged main loop would.
+    #[cfg(feature = "test-hooks")]
+    frozen: Notify,
+}
+
+/// The pipeline: pod workers plus housekeeping. Cheap to clone.
+pub struct PodWorkers<R> {
+    inner: Arc<Inner<R>>,
+}
+
+impl<R> Clone for PodWorkers<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<R: Runtime> PodWorkers<R> {
+    /// Builds the pipeline. Nothing runs until [`PodWorkers::run_housekeeping`] is spawned or a
+    /// pod is fed; every task goes on `tracker` and stops on `cancel`.
+    pub fn new(
+        runtime: Arc<R>,
+        cgroups: CgroupManager,
+        config: PipelineConfig,
+        events: EventSink,
+        authority: Arc<Authority>,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                runtime,
+                cgroups,
+                config,
+                events,
+                authority,
+                cancel,
+                tracker,
+                registry: Mutex::default(),
+                relist_now: Notify::new(),
+                status: OnceLock::new(),
+                metrics: OnceLock::new(),
+                heartbeat: std::sync::atomic::AtomicU64::new(0),
+                started: Instant::now(),
+                #[cfg(feature = "test-hooks")]
+                frozen: Notify::new(),
+            }),
+        }
+    }
+
+    /// Test hook (feature `test-hooks`): wedges the housekeeping loop for good, so the
+    /// watchdog path can be exercised. Not compiled into release packages.
+    #[cfg(feature = "test-hooks")]
+    pub fn freeze_housekeeping(&self) {
+        self.inner.frozen.notify_one();
+    }
+
+    /// Connects the metrics. Call before feeding pods; a second call is ignored.
+    pub fn set_metrics(&self, metrics: Arc<Metrics>) {
+        let _ = self.inner.metrics.set(metrics);
+    }
+
+    /// Connects the status manager. Call before feeding pods; a second call is ignored.
+    pub fn set_status_sink(&self, sink: Arc<dyn StatusSink>) {
+        let _ = self.inner.status.set(sink);
+    }
+
+    /// Every source has delivered a complete list (orphans are being judged).
+    pub fn is_synced(&self) -> bool {
+        self.registry().synced_at.is_some()
+    }
+
+    /// How long ago housekeeping last completed a pass (the main loop's liveness).
+    pub fn since_heartbeat(&self) -> Duration {
+        let beat = self
+            .inner
+            .heartbeat
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(beat))
+    }
+
+    /// Counts pods by (phase, source) into the working-pods gauges.
+    pub fn update_gauges(&self) {
+        let Some(m) = self.inner.metrics.get() else {
+            return;
+        };
+        let mut counts: HashMap<(&'static str, &'static str), i64> = HashMap::new();
+        for v in self.snapshot() {
+            *counts
+                .entry((v.phase.as_str(), v.source.as_str()))
+                .or_default() += 1;
+        }
+        m.set_working_pods(&counts);
+    }
+
+    /// With several pod sources, orphans are judged only once each of `names` has delivered
+    /// a complete list ([`PodWorkers::mark_source_synced`]).
+    pub fn expect_sources(&self, names: &[&'static str]) {
+        self.registry().sources.extend(names.iter().copied());
+    }
+
+    /// Source `name` has just delivered a complete list (call it for every one: the initial
+    /// list, re-lists, each directory scan). With no sources expected, the first call syncs.
+    pub fn mark_source_synced(&self, name: &'static str) {
+        let mut reg = self.registry();
+        reg.last_list.insert(name, wall_ns());
+        let all = reg.sources.iter().all(|s| reg.last_list.contains_key(s));
+        if !all {
+            return;
+        }
+        let at = reg
+            .sources
+            .iter()
+            .filter_map(|s| reg.last_list.get(s))
+            .copied()
+            .min()
+            .unwrap_or_else(wall_ns);
+        let first = reg.synced_at.is_none();
+        reg.synced_at = Some(at);
+        drop(reg);
+        if first {
+            tracing::info!("all pod sources synced; orphans are judged from now on");
+        }
+        self.inner.relist_now.notify_one();
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,253 @@
+//! The registry: UID → worker handle, each worker's coalescing mailbox, and the seam every
+//! pod source feeds (kubelet's `podWorkers.UpdatePod` and `podWorkers.podUpdates`).
+//!
+//! Invariants:
+//! * at most one worker per UID; a worker is spawned only for a pod that must end (a deleted
+//!   or terminal object, a kill request, an orphan), and forgotten by housekeeping once it
+//!   has finished and the pod is gone from the sources and the runtime;
+//! * the mailbox keeps only the newest object (coalescing) but every kill request and its
+//!   completion notice; a resumed kill deadline survives the coalescing;
+//! * a deleted or terminal object becomes a [`KillRequest`] here, once: the worker never
+//!   decides to end a pod on its own;
+//! * the lock is never held across an await.
+
+use super::worker::worker_loop;
+use super::{KillRequest, PodSource, PodView, PodWorkers, SeamError, Step};
+use crate::cri::Runtime;
+use crate::deadline::Deadline;
+use crate::lifecycle::{KillReason, PodPhase};
+use crate::pod::{PodInfo, PodUid};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+#[derive(Default)]
+pub(super) struct Pending {
+    pub(super) update: Option<PodInfo>,
+    pub(super) kills: Vec<KillRequest>,
+    /// The worker has finished: kills complete at once, updates are ignored.
+    closed: bool,
+}
+
+/// A coalescing channel to one worker.
+#[derive(Default)]
+pub(super) struct Mailbox {
+    pending: Mutex<Pending>,
+    pub(super) notify: Notify,
+}
+
+impl Mailbox {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send_update(&self, mut pod: PodInfo) {
+        let mut p = self.lock();
+        // coalescing keeps only the newest object, but never loses a resumed kill deadline
+        let old = p.update.as_ref().and_then(|u| u.kill_deadline);
+        pod.kill_deadline = Deadline::earliest(pod.kill_deadline, old);
+        p.update = Some(pod);
+        drop(p);
+        self.notify.notify_one();
+    }
+
+    fn send_kill(&self, kill: KillRequest) {
+        let mut p = self.lock();
+        if p.closed {
+            if let Some(done) = kill.done {
+                let _ = done.send(());
+            }
+            return;
+        }
+        p.kills.push(kill);
+        drop(p);
+        self.notify.notify_one();
+    }
+
+    /// Called by a finishing worker: completes every pending kill notice, and all later ones.
+    pub(super) fn close(&self) {
+        let mut p = self.lock();
+        p.closed = true;
+        for k in p.kills.drain(..) {
+            if let Some(done) = k.done {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// The registry's handle on one worker.
+pub(super) struct WorkerHandle {
+    mailbox: Arc<Mailbox>,
+    view: Arc<Mutex<PodView>>,
+}
+
+impl WorkerHandle {
+    pub(super) fn view(&self) -> PodView {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(super) fn phase(&self) -> PodPhase {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).phase
+    }
+
+    pub(super) fn send_kill(&self, kill: KillRequest) {
+        self.mailbox.send_kill(kill);
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Registry {
+    pub(super) desired: HashMap<PodUid, PodInfo>,
+    /// Wall-clock time (ns) as of which every source's view is complete: runtime pods created
+    /// before it and unknown to every source are orphans; newer ones may simply not have
+    /// reached reaplet yet and are left alone. `None` until every source listed once.
+    pub(super) synced_at: Option<i64>,
+    /// Sources to wait for, and when each last delivered a complete list.
+    pub(super) sources: HashSet<&'static str>,
+    pub(super) last_list: HashMap<&'static str, i64>,
+    pub(super) workers: HashMap<PodUid, WorkerHandle>,
+}
+
+/// The kill a changed object implies, the first time it implies one.
+fn implied_kill(before: Option<&PodInfo>, pod: &PodInfo) -> Option<KillRequest> {
+    let was = |f: fn(&PodInfo) -> bool| before.is_some_and(f);
+    if pod.deletion_requested && !was(|p| p.deletion_requested) {
+        Some(KillRequest::new(KillReason::Deleted))
+    } else if pod.terminal_phase && !pod.deletion_requested && !was(|p| p.terminal_phase) {
+        Some(KillRequest::new(KillReason::TerminalPhase))
+    } else {
+        None
+    }
+}
+
+impl<R: Runtime> PodWorkers<R> {
+    /// A pod was added or changed. A deleted or terminal object is ended: the update, then the
+    /// [`KillRequest`] it implies (API deletion, terminal phase).
+    pub fn upsert(&self, pod: PodInfo) {
+        let mut reg = self.registry();
+        let before = reg.desired.insert(pod.uid.clone(), pod.clone());
+        let kill = implied_kill(before.as_ref(), &pod);
+        if let Some(w) = reg.workers.get(&pod.uid) {
+            w.mailbox.send_update(pod);
+            if let Some(k) = kill {
+                w.send_kill(k);
+            }
+        } else if let Some(k) = kill {
+            let w = self.spawn_worker(pod.clone(), PodSource::of(&pod));
+            w.mailbox.send_update(pod.clone());
+            w.send_kill(k);
+            reg.workers.insert(pod.uid, w);
+        }
+    }
+
+    /// A pod left its source: the API object is gone (`grace_override` `Some(1)`: a force
+    /// delete) or a static pod's manifest was removed (`None`: its own grace applies).
+    pub fn remove(&self, uid: &PodUid, grace_override: Option<i64>) {
+        let Some(pod) = self.registry().desired.remove(uid) else {
+            return;
+        };
+        let reason = if pod.static_pod {
+            KillReason::ManifestRemoved
+        } else {
+            KillReason::ObjectGone
+        };
+        self.deliver(pod, KillRequest::new(reason).grace(grace_override));
+    }
+
+    /// Ends a known pod for `req.reason` (eviction, shutdown, preemption, completion, ...).
+    /// The request's `done` completes when its containers and sandboxes are stopped.
+    pub fn kill(&self, uid: &PodUid, req: KillRequest) -> Result<(), SeamError> {
+        let reg = self.registry();
+        if let Some(w) = reg.workers.get(uid) {
+            w.send_kill(req);
+            return Ok(());
+        }
+        let pod = reg
+            .desired
+            .get(uid)
+            .cloned()
+            .ok_or_else(|| SeamError::UnknownPod(uid.to_string()))?;
+        drop(reg);
+        self.deliver(pod, req);
+        Ok(())
+    }
+
+    /// Sends `req` to `pod`'s worker, spawning one if needed.
+    pub(super) fn deliver(&self, pod: PodInfo, req: KillRequest) {
+        self.deliver_from(pod, PodSource::Api, req)
+    }
+
+    /// [`Self::deliver`], with `source` for a pod no source knows (an orphan: `Runtime`).
+    pub(super) fn deliver_from(&self, pod: PodInfo, source: PodSource, req: KillRequest) {
+        let mut reg = self.registry();
+        if let Some(w) = reg.workers.get(&pod.uid) {
+            w.send_kill(req);
+            return;
+        }
+        let source = match source {
+            PodSource::Runtime => PodSource::Runtime,
+            _ => PodSource::of(&pod),
+        };
+        let uid = pod.uid.clone();
+        let w = self.spawn_worker(pod, source);
+        w.send_kill(req);
+        reg.workers.insert(uid, w);
+    }
+
+    /// Every pod this agent knows, desired or not.
+    pub fn snapshot(&self) -> Vec<PodView> {
+        let reg = self.registry();
+        let mut out: Vec<PodView> = reg.workers.values().map(WorkerHandle::view).collect();
+        out.extend(
+            reg.desired
+                .values()
+                .filter(|p| !reg.workers.contains_key(&p.uid))
+                .map(desired_view),
+        );
+        out.sort_by(|a, b| a.key.cmp(&b.key).then(a.uid.cmp(&b.uid)));
+        out
+    }
+
+    /// The view of one pod.
+    pub fn view(&self, uid: &PodUid) -> Option<PodView> {
+        let reg = self.registry();
+        match reg.workers.get(uid) {
+            Some(w) => Some(w.view()),
+            None => reg.desired.get(uid).map(desired_view),
+        }
+    }
+
+    fn spawn_worker(&self, pod: PodInfo, source: PodSource) -> WorkerHandle {
+        let mailbox = Arc::new(Mailbox::default());
+        let view = Arc::new(Mutex::new(PodView {
+            uid: pod.uid.clone(),
+            key: pod.key(),
+            phase: PodPhase::Sync,
+            grace: None,
+            deadline: None,
+            step: Step::Starting,
+            reason: None,
+            source,
+        }));
+        let span = tracing::info_span!("pod_worker", pod = %pod.key(), podUID = %pod.uid);
+        let task = worker_loop(self.inner.clone(), mailbox.clone(), view.clone(), pod);
+        self.inner.tracker.spawn(task.instrument(span));
+        WorkerHandle { mailbox, view }
+    }
+}
+
+/// A desired pod with no worker: running, nothing to do.
+fn desired_view(p: &PodInfo) -> PodView {
+    PodView {
+        uid: p.uid.clone(),
+        key: p.key(),
+        phase: PodPhase::Sync,
+        grace: None,
+        deadline: None,
+        step: Step::Running,
+        reason: None,
+        source: PodSource::of(p),
+    }
+}

@@ -1,0 +1,286 @@
+//! The workers against a fake runtime (paused time).
+
+use super::housekeeping::all_regular_exited;
+use super::*;
+use crate::cri::{ContainerRunState, RuntimeContainer};
+use crate::events::EventReason;
+use crate::lifecycle::{KillReason, PodPhase};
+use crate::pod::{self, PodUid};
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+fn rc(name: &str, attempt: u32, state: ContainerRunState) -> RuntimeContainer {
+    RuntimeContainer {
+        id: format!("{name}-{attempt}"),
+        sandbox_id: "s".into(),
+        name: name.into(),
+        attempt,
+        pod_uid: "u".into(),
+        state,
+        created_at: i64::from(attempt),
+        labels: HashMap::new(),
+        annotations: HashMap::new(),
+    }
+}
+
+fn pod(names: &[&str]) -> PodInfo {
+    let uid = PodUid::parse("u").unwrap();
+    let mut p = PodInfo::from_runtime(&uid, &[], &[]);
+    p.containers = names
+        .iter()
+        .map(|n| pod::ContainerSpec {
+            name: (*n).into(),
+            pre_stop: None,
+            ports: vec![],
+        })
+        .collect();
+    p
+}
+
+#[test]
+fn completion_needs_every_regular_container_exited() {
+    let p = pod(&["a", "b"]);
+    let a = rc("a", 0, ContainerRunState::Exited);
+    let b0 = rc("b", 0, ContainerRunState::Exited);
+    let b1 = rc("b", 1, ContainerRunState::Running);
+    assert!(!all_regular_exited(&p, &[&a]), "b never started");
+    assert!(all_regular_exited(&p, &[&a, &b0]));
+    assert!(!all_regular_exited(&p, &[&a, &b0, &b1]), "b restarted");
+    assert!(!all_regular_exited(&pod(&[]), &[]));
+}
+
+mod with_fake_runtime {
+    use super::*;
+    use crate::cgroups::{CgroupDriver, CgroupNaming, CgroupVersion, Hierarchy};
+    use crate::cri::fake::{Behaviour, FakeRuntime};
+    use crate::events::PodEvent;
+    use tokio::sync::mpsc;
+
+    struct Rig {
+        workers: PodWorkers<FakeRuntime>,
+        rt: Arc<FakeRuntime>,
+        authority: Arc<Authority>,
+        events: mpsc::Receiver<PodEvent>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn rig() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let mountinfo = dir.path().join("mountinfo");
+        std::fs::write(&mountinfo, "").unwrap();
+        let cg = dir.path().join("cgroup");
+        std::fs::create_dir_all(&cg).unwrap();
+        let cgroups = CgroupManager::new(
+            vec![Hierarchy {
+                mount_point: cg,
+                version: CgroupVersion::V2,
+            }],
+            CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap(),
+        );
+        let rt = Arc::new(FakeRuntime::default());
+        let (sink, events) = EventSink::channel(64);
+        let authority = Arc::new(Authority::default());
+        let workers = PodWorkers::new(
+            rt.clone(),
+            cgroups,
+            PipelineConfig {
+                root_dir: dir.path().join("kubelet"),
+                mountinfo,
+                ..PipelineConfig::default()
+            },
+            sink,
+            authority.clone(),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        Rig {
+            workers,
+            rt,
+            authority,
+            events,
+            _dir: dir,
+        }
+    }
+
+    fn api_pod(uid: &str, spec_grace: i64) -> PodInfo {
+        let mut p = pod(&["app"]);
+        p.uid = PodUid::parse(uid).unwrap();
+        p.spec_grace = Some(spec_grace);
+        p
+    }
+
+    fn deleted(p: &PodInfo, grace: i64) -> PodInfo {
+        let mut d = p.clone();
+        d.deletion_requested = true;
+        d.deletion_grace = Some(grace);
+        d
+    }
+
+    /// The pods as a source's complete list, through the seam sources use.
+    fn desire(w: &PodWorkers<FakeRuntime>, pods: &[PodInfo]) {
+        for p in pods {
+            w.upsert(p.clone());
+        }
+        w.mark_source_synced("test");
+    }
+
+    async fn until(w: &PodWorkers<FakeRuntime>, uid: &str, phase: PodPhase) -> Instant {
+        let uid = PodUid::parse(uid).unwrap();
+        loop {
+            if w.view(&uid).is_some_and(|v| v.phase == phase) {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shorter_grace_cuts_the_running_kill_short() {
+        let r = rig();
+        r.rt.add_pod("p1", &[("app", Behaviour::IgnoreTerm)]);
+        let p = api_pod("p1", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        let t0 = Instant::now();
+        r.workers.upsert(deleted(&p, 30));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        r.workers.upsert(deleted(&p, 3));
+        let done = until(&r.workers, "p1", PodPhase::Finished).await;
+        let stops = r.rt.stops_of("p1-app");
+        assert_eq!(stops.len(), 2);
+        assert_eq!(stops[0], (30, t0));
+        assert_eq!(stops[1], (3, t0 + Duration::from_secs(5)));
+        assert!(done - t0 < Duration::from_millis(8100), "{:?}", done - t0);
+        assert_eq!(r.rt.exit_code("p1-app"), Some(137));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_deadline_survives_later_updates_of_the_object() {
+        let r = rig();
+        r.rt.add_pod("p9", &[("app", Behaviour::IgnoreTerm)]);
+        let p = api_pod("p9", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        // resumed after a restart, its deadline long past; then the object is updated
+        // again (a status patch, say) without the deadline
+        let mut resumed = deleted(&p, 30);
+        resumed.kill_deadline = Some(crate::deadline::Deadline::after(
+            Instant::now(),
+            -60,
+            crate::deadline::DeadlineOrigin::Resumed,
+        ));
+        r.workers.upsert(resumed);
+        r.workers.upsert(deleted(&p, 30));
+        until(&r.workers, "p9", PodPhase::Finished).await;
+        let stops = r.rt.stops_of("p9-app");
+        assert!(
+            stops.iter().all(|(t, _)| *t == 0),
+            "past the deadline every stop is an immediate SIGKILL: {stops:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_coalesce_and_kill_notices_are_never_lost() {
+        let r = rig();
+        r.rt.add_pod(
+            "p2",
+            &[("app", Behaviour::ExitOnTerm(Duration::from_secs(1)))],
+        );
+        let p = api_pod("p2", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        let uid = p.uid.clone();
+        let mut notices = Vec::new();
+        for g in [20, 10, 15, 5] {
+            r.workers.upsert(deleted(&p, g));
+            let (tx, rx) = oneshot::channel();
+            r.workers
+                .kill(
+                    &uid,
+                    KillRequest {
+                        grace_override: Some(g + 1),
+                        reason: KillReason::Orphan,
+                        done: Some(tx),
+                    },
+                )
+                .unwrap();
+            notices.push(rx);
+        }
+        for n in notices {
+            n.await.expect("every kill notice completes");
+        }
+        until(&r.workers, "p2", PodPhase::Finished).await;
+        // the newest, smallest value won
+        assert_eq!(r.workers.view(&uid).unwrap().grace, Some(5));
+        // a kill after the end completes at once
+        let (tx, rx) = oneshot::channel();
+        r.workers
+            .kill(
+                &uid,
+                KillRequest {
+                    grace_override: None,
+                    reason: KillReason::Orphan,
+                    done: Some(tx),
+                },
+            )
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), rx)
+            .await
+            .expect("a kill after the end completes at once")
+            .expect("and is not dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hung_stop_raises_exceeded_grace_period() {
+        let mut r = rig();
+        r.rt.add_pod("p3", &[("app", Behaviour::Hang)]);
+        let p = api_pod("p3", 3);
+        desire(&r.workers, std::slice::from_ref(&p));
+        let t0 = Instant::now();
+        r.workers.upsert(deleted(&p, 3));
+        let ev = loop {
+            match r.events.recv().await {
+                Some(e) if e.reason == EventReason::ExceededGracePeriod => break e,
+                Some(_) => continue,
+                None => panic!("event channel closed"),
+            }
+        };
+        assert_eq!(ev.uid.as_str(), "p3");
+        // grace 3 + slack 10
+        assert_eq!(Instant::now() - t0, Duration::from_secs(13));
+        assert_eq!(r.workers.view(&p.uid).unwrap().phase, PodPhase::Terminating);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn standby_authority_holds_every_kill() {
+        let r = rig();
+        r.authority.set_active(false);
+        r.rt.add_pod("p4", &[("app", Behaviour::ExitOnTerm(Duration::ZERO))]);
+        let p = api_pod("p4", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        r.workers.upsert(deleted(&p, 30));
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            r.rt.calls().is_empty(),
+            "a kill went through in standby: {:?}",
+            r.rt.calls()
+        );
+        assert_eq!(r.workers.view(&p.uid).unwrap().phase, PodPhase::Terminating);
+        r.authority.set_active(true);
+        until(&r.workers, "p4", PodPhase::Finished).await;
+        assert_eq!(r.rt.exit_code("p4-app"), Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancellation_abandons_work_and_never_kills() {
+        let r = rig();
+        r.rt.add_pod("p5", &[("app", Behaviour::IgnoreTerm)]);
+        let p = api_pod("p5", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        r.workers.inner.cancel.cancel();
+        r.workers.upsert(deleted(&p, 30));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(r.rt.calls().is_empty());
+        r.workers.inner.tracker.close();
+        r.workers.inner.tracker.wait().await;
+    }
+}

@@ -1,0 +1,425 @@
+//! The owner task of one pod UID: kubelet's `podWorkerLoop` with `SyncTerminatingPod` and
+//! `SyncTerminatedPod` (`pod_workers.go`). It feeds what happens (mail, a kill or cleanup
+//! ending, a timer) to [`lifecycle::step`] and carries out the effects.
+//!
+//! Invariants:
+//! * all of a pod's state is in one [`Worker`]; only this task changes it;
+//! * a kill or cleanup runs as a future owned by the worker: a shorter grace drops the
+//!   in-flight kill (and its CRI calls) and starts a new one at once;
+//! * a kill retried after a failed attempt counts down to the first attempt's deadline
+//!   ([`DeadlineOrigin::FirstAttempt`]), never granting the whole grace again;
+//! * `ExceededGracePeriod` is armed when the kill first starts (earlier for a shorter grace),
+//!   survives failed attempts and their retries, and is reported once;
+//! * cancellation of reaplet abandons the work where it is: the pod is left as it is.
+
+use super::registry::Mailbox;
+use super::{CleanupError, Inner, PodView, Step};
+use crate::cri::Runtime;
+use crate::deadline::{Deadline, DeadlineOrigin};
+use crate::events::{EventReason, PodEvent};
+use crate::grace;
+use crate::kill::{self, KillMemory};
+use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine, PodPhase};
+use crate::metrics::{Metrics, OpLabel};
+use crate::pod::PodInfo;
+use crate::status::ContainerFinal;
+use crate::volumes;
+use futures_util::future::BoxFuture;
+use rand::Rng;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
+
+type KillFuture = BoxFuture<'static, (u64, Result<kill::KillReport, kill::KillError>)>;
+type CleanupFuture = BoxFuture<'static, (CleanupStage, Result<(), CleanupError>)>;
+
+async fn poll_opt<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the alarm, if one is set.
+async fn ring(alarm: &mut Option<(Pin<Box<Sleep>>, Deadline)>) {
+    match alarm {
+        Some((sleep, _)) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Everything one pod's worker knows and owns.
+struct Worker<R> {
+    inner: Arc<Inner<R>>,
+    view: Arc<Mutex<PodView>>,
+    pod: PodInfo,
+    m: PodMachine,
+    memory: Arc<KillMemory>,
+    kill: Option<KillFuture>,
+    cleanup: Option<CleanupFuture>,
+    retry: Option<Pin<Box<Sleep>>>,
+    /// The ExceededGracePeriod alarm and when it rings.
+    overdue: Option<(Pin<Box<Sleep>>, Deadline)>,
+    overdue_reported: bool,
+    /// When the current kill began, and with what grace (cleared when a kill succeeds).
+    first_attempt: Option<(Instant, i64)>,
+    notices: Vec<oneshot::Sender<()>>,
+    step: Step,
+    finals: Vec<ContainerFinal>,
+    metrics: Option<Arc<Metrics>>,
+    phase_started: Instant,
+    finished: bool,
+}
+
+/// The owner task of one pod UID.
+pub(super) async fn worker_loop<R: Runtime>(
+    inner: Arc<Inner<R>>,
+    mailbox: Arc<Mailbox>,
+    view: Arc<Mutex<PodView>>,
+    pod: PodInfo,
+) {
+    let mut w = Worker {
+        metrics: inner.metrics.get().cloned(),
+        m: PodMachine::new(pod.spec_grace),
+        inner,
+        view,
+        pod,
+        memory: Arc::new(KillMemory::default()),
+        kill: None,
+        cleanup: None,
+        retry: None,
+        overdue: None,
+        overdue_reported: false,
+        first_attempt: None,
+        notices: Vec::new(),
+        step: Step::Starting,
+        finals: Vec::new(),
+        phase_started: Instant::now(),
+        finished: false,
+    };
+    let cancel = w.inner.cancel.clone();
+    loop {
+        let inputs = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                tracing::debug!("pod worker stopping with the agent; the pod is left as it is");
+                return;
+            }
+            _ = mailbox.notify.notified() => w.take_mail(&mailbox),
+            (generation, r) = poll_opt(&mut w.kill) => w.kill_done(generation, r),
+            (stage, r) = poll_opt(&mut w.cleanup) => w.cleanup_done(stage, r),
+            _ = poll_opt(&mut w.retry) => {
+                w.retry = None;
+                vec![Input::RetryDue]
+            }
+            _ = ring(&mut w.overdue) => w.report_overdue(),
+        };
+        for input in inputs {
+            w.apply(input);
+        }
+        w.publish();
+        if w.finished {
+            mailbox.close();
+            tracing::info!("pod worker finished");
+            return;
+        }
+    }
+}
+
+impl<R: Runtime> Worker<R> {
+    fn take_mail(&mut self, mailbox: &Mailbox) -> Vec<Input> {
+        let mut inputs = Vec::new();
+        let mut p = mailbox.lock();
+        if let Some(mut newer) = p.update.take() {
+            inputs.push(Input::Update {
+                deletion_requested: newer.deletion_requested,
+                deletion_grace: newer.deletion_grace,
+                terminal_phase: newer.terminal_phase,
+                spec_grace: newer.spec_grace,
+            });
+            // a resumed termination's deadline outlives later updates of the object
+            newer.kill_deadline = Deadline::earliest(newer.kill_deadline, self.pod.kill_deadline);
+            self.pod = newer;
+        }
+        for k in p.kills.drain(..) {
+            if let Some(done) = k.done {
+                self.notices.push(done);
+            }
+            inputs.push(Input::Kill {
+                grace_override: k.grace_override,
+                reason: k.reason,
+            });
+        }
+        inputs
+    }
+
+    fn event(&self, reason: EventReason, message: String) {
+        self.inner.events.record(PodEvent {
+            uid: self.pod.uid.clone(),
+            namespace: self.pod.namespace.clone(),
+            name: self.pod.name.clone(),
+            reason,
+            message,
+        });
+    }
+
+    fn kill_done(
+        &mut self,
+        generation: u64,
+        r: Result<kill::KillReport, kill::KillError>,
+    ) -> Vec<Input> {
+        self.kill = None;
+        match &r {
+            Ok(rep) => {
+                self.overdue = None;
+                self.first_attempt = None;
+                tracing::info!(
+                    containers = rep.containers_stopped,
+                    sandboxes = rep.sandboxes_stopped,
+                    "pod containers and sandboxes stopped"
+                );
+                self.finals = rep.finals.clone();
+            }
+            // a standby refusal is not a failure worth an event
+            Err(e @ kill::KillError::Refused(_)) => {
+                tracing::debug!(err = %e, "kill held by the authority check");
+            }
+            Err(e) => {
+                tracing::warn!(err = %e, "killing pod failed; will retry");
+                self.event(
+                    EventReason::FailedKillPod,
+                    format!("error killing pod: {e}"),
+                );
+            }
+        }
+        vec![Input::KillDone {
+            generation,
+            ok: r.is_ok(),
+        }]
+    }
+
+    fn cleanup_done(&mut self, stage: CleanupStage, r: Result<(), CleanupError>) -> Vec<Input> {
+        self.cleanup = None;
+        if let Err(e) = &r {
+            tracing::warn!(stage = ?stage, err = %e, "pod cleanup failed; will retry");
+        }
+        vec![Input::CleanupDone {
+            stage,
+            ok: r.is_ok(),
+        }]
+    }
+
+    fn report_overdue(&mut self) -> Vec<Input> {
+        self.overdue = None;
+        self.overdue_reported = true;
+        tracing::warn!(
+            gracePeriod = self.m.grace,
+            "runtime did not stop the pod within its grace period"
+        );
+        if let Some(mx) = &self.metrics {
+            mx.exceeded_grace_period.inc();
+        }
+        self.event(
+            EventReason::ExceededGracePeriod,
+            "Container runtime did not kill the pod within specified grace period.".into(),
+        );
+        Vec::new()
+    }
+
+    /// One input through the step function, then its effects.
+    fn apply(&mut self, input: Input) {
+        let before = self.m.lifecycle.phase();
+        let effects = lifecycle::step(&mut self.m, input, Instant::now());
+        let after = self.m.lifecycle.phase();
+        if after != before {
+            self.transition(before, after);
+        }
+        for effect in effects {
+            match effect {
+                Effect::StartKill { generation, grace } => self.start_kill(generation, grace),
+                Effect::StartCleanup(stage) => self.start_cleanup(stage),
+                Effect::RetryAfter(d) => {
+                    let jitter = rand::rng().random_range(0..=d.as_millis() as u64 / 5);
+                    let at = d + Duration::from_millis(jitter);
+                    self.retry = Some(Box::pin(tokio::time::sleep(at)));
+                    self.step = Step::BackingOff;
+                }
+                Effect::KillComplete => {
+                    if let Some(sink) = self.inner.status.get() {
+                        sink.pod_terminated(&self.pod, self.m.reason.as_ref(), &self.finals);
+                    }
+                    for n in self.notices.drain(..) {
+                        let _ = n.send(());
+                    }
+                }
+                Effect::Finished => {
+                    if let Some(sink) = self.inner.status.get() {
+                        sink.pod_finished(&self.pod);
+                    }
+                    self.step = Step::Done;
+                    self.finished = true;
+                }
+            }
+        }
+    }
+
+    /// Logs and measures a phase change.
+    fn transition(&mut self, from: PodPhase, to: PodPhase) {
+        let now = Instant::now();
+        if let Some(mx) = &self.metrics {
+            let took = now - self.phase_started;
+            let observe = |op: &'static str| {
+                mx.pod_worker_duration
+                    .get_or_create(&OpLabel { operation_type: op })
+                    .observe(took.as_secs_f64())
+            };
+            match (from, to) {
+                (PodPhase::Sync, PodPhase::Terminating)
+                    if self.m.reason == Some(KillReason::Deleted) =>
+                {
+                    mx.termination_started(&self.pod.uid)
+                }
+                (PodPhase::Terminating, PodPhase::Terminated) => {
+                    mx.stage("kill", took);
+                    observe("terminating");
+                }
+                (PodPhase::Terminated, PodPhase::Finished) => observe("terminated"),
+                _ => {}
+            }
+        }
+        self.phase_started = now;
+        tracing::info!(
+            from = from.as_str(),
+            to = to.as_str(),
+            gracePeriod = self.m.grace,
+            reason = self.m.reason.as_ref().map(KillReason::as_str),
+            "pod lifecycle transition"
+        );
+    }
+
+    fn start_kill(&mut self, generation: u64, grace: i64) {
+        let now = Instant::now();
+        let restarting = self.kill.is_some();
+        if restarting {
+            tracing::info!(
+                gracePeriod = grace,
+                "shorter grace period: restarting the kill"
+            );
+        }
+        // a retry after a failed attempt counts down to the first attempt's deadline
+        let retry_deadline = match (restarting, self.first_attempt) {
+            (false, Some((started, g))) => Some(Deadline::after(
+                started,
+                grace::container_stop_timeout(g.min(grace)),
+                DeadlineOrigin::FirstAttempt,
+            )),
+            _ => {
+                self.first_attempt = Some((now, grace));
+                None
+            }
+        };
+        self.retry = None;
+        let alarm = Deadline::new(
+            now + grace::as_duration(grace::container_stop_timeout(grace))
+                + self.inner.config.exceeded_grace_slack,
+            DeadlineOrigin::Grace,
+        );
+        if !self.overdue_reported && self.overdue.as_ref().is_none_or(|(_, o)| alarm.at < o.at) {
+            self.overdue = Some((Box::pin(tokio::time::sleep_until(alarm.at)), alarm));
+        }
+        let reason = self.m.reason.as_ref().map_or("unknown", KillReason::as_str);
+        self.kill = Some(match self.inner.authority.check(&self.pod.uid, reason) {
+            Ok(()) => {
+                let inner = self.inner.clone();
+                let mut pod = self.pod.clone();
+                pod.kill_deadline = Deadline::earliest(pod.kill_deadline, retry_deadline);
+                let memory = self.memory.clone();
+                Box::pin(async move {
+                    let r =
+                        kill::kill_pod(&*inner.runtime, &inner.events, &pod, grace, &memory).await;
+                    (generation, r)
+                })
+            }
+            Err(e) => {
+                tracing::warn!(err = %e, "kill refused by the authority check");
+                self.overdue = None;
+                Box::pin(async move { (generation, Err(kill::KillError::Refused(e))) })
+            }
+        });
+        self.step = Step::StoppingContainers;
+    }
+
+    fn start_cleanup(&mut self, stage: CleanupStage) {
+        let inner = self.inner.clone();
+        let uid = self.pod.uid.clone();
+        self.step = match stage {
+            CleanupStage::Volumes => Step::WaitingForVolumes,
+            CleanupStage::Cgroup => Step::RemovingCgroup,
+        };
+        self.cleanup = Some(Box::pin(async move {
+            let t = Instant::now();
+            let r = match stage {
+                CleanupStage::Volumes => volumes::wait_unmounted(
+                    &inner.config.root_dir,
+                    &uid,
+                    &inner.config.mountinfo,
+                    inner.config.volume_poll,
+                    inner.config.volume_wait,
+                )
+                .await
+                .map_err(CleanupError::from),
+                CleanupStage::Cgroup => inner
+                    .cgroups
+                    .destroy(&uid)
+                    .await
+                    .map(|rep| {
+                        tracing::info!(
+                            removedDirs = rep.removed_dirs,
+                            killedPids = rep.killed_pids,
+                            "pod cgroup removed"
+                        )
+                    })
+                    .map_err(CleanupError::from),
+            };
+            if r.is_ok()
+                && let Some(mx) = inner.metrics.get()
+            {
+                let took = t.elapsed();
+                match stage {
+                    CleanupStage::Volumes => mx.stage("volumes", took),
+                    CleanupStage::Cgroup => {
+                        mx.stage("cgroup", took);
+                        mx.cgroup_manager_duration
+                            .get_or_create(&OpLabel {
+                                operation_type: "destroy",
+                            })
+                            .observe(took.as_secs_f64());
+                    }
+                }
+            }
+            (stage, r)
+        }));
+    }
+
+    /// Completes notices of kills that arrived after termination, and publishes the view.
+    fn publish(&mut self) {
+        if !matches!(
+            self.m.lifecycle.phase(),
+            PodPhase::Sync | PodPhase::Terminating
+        ) {
+            for n in self.notices.drain(..) {
+                let _ = n.send(());
+            }
+        }
+        let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        v.phase = self.m.lifecycle.phase();
+        v.grace = self.m.grace;
+        v.deadline = self.m.kill_deadline();
+        v.step = self.step;
+        v.reason = self.m.reason.clone();
+        v.key = self.pod.key();
+    }
+}
