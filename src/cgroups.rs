@@ -19,6 +19,8 @@
 use crate::pod::{PodUid, QosClass};
 use crate::systemd::{Systemd, SystemdError};
 use crate::volumes::MountInfo;
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, Signal, kill_process, pidfd_open, pidfd_send_signal};
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -258,9 +260,8 @@ impl CgroupManager {
 
     /// Reads the hierarchies from a mountinfo file (`/proc/self/mountinfo` in production).
     pub fn from_mountinfo(path: &Path, naming: CgroupNaming) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(path)?;
         Ok(Self::new(
-            hierarchies(&crate::volumes::parse_mountinfo(&text)),
+            hierarchies(&crate::volumes::read_mountinfo(path)?),
             naming,
         ))
     }
@@ -421,36 +422,18 @@ fn procs_tree(dir: &Path) -> Vec<i32> {
 
 /// SIGKILLs `pid` if it is (still) a member of `cgroup`. Returns whether a signal was sent.
 fn kill_member(cgroup: &Path, pid: i32) -> bool {
-    // SAFETY: pidfd_open takes two integers and returns a new fd or -1; no memory is shared.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        // ESRCH: gone. ENOSYS (old kernel): fall back to a plain kill after a membership check.
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-            return false;
-        }
-        if !read_procs(cgroup).contains(&pid) {
-            return false;
-        }
-        // SAFETY: kill(2) takes two integers; it cannot affect memory safety.
-        return unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+    let Some(target) = Pid::from_raw(pid) else {
+        return false;
+    };
+    match pidfd_open(target, PidfdFlags::empty()) {
+        // with the pidfd held, the pid cannot be reused: re-check membership, then signal
+        // (the fd is closed when dropped)
+        Ok(fd) => read_procs(cgroup).contains(&pid) && pidfd_send_signal(&fd, Signal::KILL).is_ok(),
+        // gone
+        Err(Errno::SRCH) => false,
+        // ENOSYS (old kernel) and the like: a plain kill after a membership check
+        Err(_) => read_procs(cgroup).contains(&pid) && kill_process(target, Signal::KILL).is_ok(),
     }
-    let fd = fd as libc::c_int;
-    // with the pidfd held, the pid cannot be reused: re-check membership, then signal
-    let sent = read_procs(cgroup).contains(&pid)
-        // SAFETY: pidfd_send_signal takes an fd we own, a signal number, a null siginfo
-        // pointer (allowed by the syscall) and flags 0.
-        && unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd,
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        } == 0;
-    // SAFETY: fd was returned by pidfd_open above and is closed exactly once.
-    unsafe { libc::close(fd) };
-    sent
 }
 
 /// Removes `dir` and its children, deepest first. ENOENT means done; EBUSY is retried a few
@@ -466,7 +449,7 @@ async fn remove_tree(uid: &PodUid, dir: &Path) -> Result<usize, CgroupError> {
                     break;
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => break,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < 10 => {
+                Err(e) if e.raw_os_error() == Some(Errno::BUSY.raw_os_error()) && attempt < 10 => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
                 }
@@ -600,6 +583,32 @@ mod tests {
         assert_eq!(mode(&h), CgroupMode::Hybrid);
         assert_eq!(mode(&h[..1]), CgroupMode::V1);
         assert_eq!(mode(&[]), CgroupMode::None);
+    }
+
+    #[test]
+    fn kill_member_signals_only_listed_live_pids() {
+        use std::os::unix::process::ExitStatusExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // not a member: left alone
+        std::fs::write(dir.path().join("cgroup.procs"), "1\n").unwrap();
+        assert!(!kill_member(dir.path(), pid));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "a non-member was signalled"
+        );
+        // a member: SIGKILLed
+        std::fs::write(dir.path().join("cgroup.procs"), format!("{pid}\n")).unwrap();
+        assert!(kill_member(dir.path(), pid));
+        assert_eq!(child.wait().unwrap().signal(), Some(9));
+        // no such process (above pid_max, so never reused): ESRCH means done, nothing sent
+        std::fs::write(dir.path().join("cgroup.procs"), format!("{}\n", i32::MAX)).unwrap();
+        assert!(!kill_member(dir.path(), i32::MAX));
+        assert!(!kill_member(dir.path(), 0));
     }
 
     #[tokio::test]

@@ -64,32 +64,32 @@ impl RawSettings {
             return Ok(Self::default());
         }
         // scalars of any YAML type become strings, then parse like flags
-        let value: serde_yaml::Value = serde_yaml::from_str(&text)
-            .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+        let value: serde_json::Value =
+            serde_saphyr::from_str_with_options(&text, yaml_options())
+                .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
         let mapping = match value {
-            serde_yaml::Value::Mapping(m) => m,
-            serde_yaml::Value::Null => return Ok(Self::default()),
+            serde_json::Value::Object(m) => m,
+            serde_json::Value::Null => return Ok(Self::default()),
             _ => return Err(err("config", format!("{}: not a mapping", path.display()))),
         };
-        let mut strings = serde_yaml::Mapping::new();
-        for (k, v) in mapping {
-            let key = k.as_str().map(str::to_owned).unwrap_or_default();
+        let mut strings = serde_json::Map::new();
+        for (key, v) in mapping {
             // KubeletConfiguration's apiVersion/kind are allowed and ignored
             if key == "apiVersion" || key == "kind" {
                 continue;
             }
             let s = match v {
-                serde_yaml::Value::String(s) => s,
-                serde_yaml::Value::Number(n) => n.to_string(),
-                serde_yaml::Value::Bool(b) => b.to_string(),
-                serde_yaml::Value::Null => continue,
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                serde_json::Value::Null => continue,
                 _ => {
                     return Err(err(leak_field(&key), "must be a single value"));
                 }
             };
-            strings.insert(serde_yaml::Value::String(key), serde_yaml::Value::String(s));
+            strings.insert(key, serde_json::Value::String(s));
         }
-        serde_yaml::from_value(serde_yaml::Value::Mapping(strings))
+        serde_json::from_value(serde_json::Value::Object(strings))
             .map_err(|e| err("config", format!("{}: {e}", path.display())))
     }
 
@@ -116,6 +116,21 @@ impl RawSettings {
             log_format,
             volume_unmount_timeout
         )
+    }
+}
+
+/// How reaplet reads YAML (the config file and static pod manifests) with `serde-saphyr`:
+/// scalars are inferred as `serde_yaml` 0.9 did (YAML 1.2 core: `yes`, `012`, `1_000` stay
+/// strings; `.inf`/`.nan` stay strings, so they fail as numbers naming their field), duplicate
+/// keys are errors, and messages are one line (no source snippet) for logs and exit messages.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        non_finite_float_policy: serde_saphyr::options::NonFiniteFloatPolicy::AsString,
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        with_snippet: false,
     }
 }
 
@@ -517,6 +532,36 @@ mod tests {
                 .field,
             "config"
         );
+    }
+
+    #[test]
+    fn config_scalars_are_read_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.yaml");
+        let read = |text: &str| {
+            std::fs::write(&f, text).unwrap();
+            RawSettings::from_file(&f)
+        };
+        // YAML 1.1 booleans, leading zeros and underscores are strings, as written
+        let r = read("hostnameOverride: yes\nkubeAPIBurst: 012\neventBurst: 1_000\n").unwrap();
+        assert_eq!(r.hostname_override.as_deref(), Some("yes"));
+        assert_eq!(r.kube_api_burst.as_deref(), Some("012"));
+        assert_eq!(r.event_burst.as_deref(), Some("1_000"));
+        let r = read("kubeAPIQPS: 2.5\nkubeAPIBurst: 7\nlogFormat: ~\n").unwrap();
+        assert_eq!(r.kube_api_qps.as_deref(), Some("2.5"));
+        assert_eq!(r.kube_api_burst.as_deref(), Some("7"));
+        assert_eq!(r.log_format, None);
+        // a non-finite float is a string that fails as a number, naming its field
+        let e = resolve(read("kubeAPIQPS: .inf\n").unwrap()).unwrap_err();
+        assert_eq!(e.field, "kubeAPIQPS", "{e}");
+        // duplicate keys, a non-mapping and broken YAML: one-line errors about the file
+        for text in ["rootDir: /a\nrootDir: /b\n", "- a\n", "rootDir: [a\n"] {
+            let e = read(text).unwrap_err();
+            assert_eq!(e.field, "config", "{text:?}: {e}");
+            assert!(!e.to_string().contains('\n'), "{text:?}: {e}");
+        }
+        assert_eq!(read("# nothing\n").unwrap(), RawSettings::default());
+        assert_eq!(read("rootDir: {a: b}\n").unwrap_err().field, "rootDir");
     }
 
     #[test]

@@ -60,7 +60,8 @@ pub fn load(path: &Path, node: &str) -> Result<PodInfo, ManifestError> {
         path: path.into(),
         reason,
     };
-    let mut pod: Pod = serde_yaml::from_slice(&bytes).map_err(|e| parse(e.to_string()))?;
+    let mut pod: Pod = serde_saphyr::from_slice_with_options(&bytes, crate::config::yaml_options())
+        .map_err(|e| parse(e.to_string()))?;
     if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(parse("metadata.name is missing".into()));
     }
@@ -221,6 +222,11 @@ mod tests {
             std::fs::write(&f, text).unwrap();
             assert!(load(&f, "n").is_err(), "{name}");
         }
+        // a type error is one line (it is logged) that says where
+        let f = dir.path().join("e.yaml");
+        std::fs::write(&f, "metadata:\n  name: x\nspec:\n  containers: 5\n").unwrap();
+        let e = load(&f, "n").unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.contains("line 4"), "{e}");
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
         assert!(matches!(

@@ -8,7 +8,8 @@
 //!   module only reads, never writes or unmounts;
 //! * a volume directory is mounted when it, or anything below it, is a mount point in
 //!   mountinfo; an error while checking counts as "still mounted";
-//! * mountinfo is read through a path (procfs in production, a fixture in tests).
+//! * mountinfo is read through a path (procfs in production, a fixture in tests) and parsed
+//!   by the `procfs` crate, line by line.
 
 use crate::pod::PodUid;
 use std::path::{Path, PathBuf};
@@ -25,65 +26,41 @@ pub enum VolumeError {
     },
 }
 
-/// One entry of `/proc/self/mountinfo` (the fields reaplet needs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountInfo {
-    /// Field 4: the root of the mount within its filesystem.
-    pub root: String,
-    /// Field 5: the mount point, unescaped.
-    pub mount_point: PathBuf,
-    /// The filesystem type (after the ` - ` separator).
-    pub fs_type: String,
-    /// Super options (e.g. cgroup controllers).
-    pub super_options: String,
-}
+/// One entry of `/proc/self/mountinfo`, as `procfs` parses it; [`parse_mountinfo`] undoes
+/// the kernel's escapes in `root` and `mount_point`.
+pub use procfs::process::MountInfo;
 
-/// Parses mountinfo text. Malformed lines are skipped (never a panic).
+/// Parses mountinfo text with `procfs`, line by line: a malformed line is skipped (never a
+/// panic, and one bad line does not hide the others).
 pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
-    text.lines().filter_map(parse_line).collect()
+    text.lines()
+        .filter_map(|line| MountInfo::from_line(line).ok())
+        .map(|mut m| {
+            m.root = unescape(&m.root);
+            m.mount_point = PathBuf::from(unescape(&m.mount_point.to_string_lossy()));
+            m
+        })
+        .collect()
 }
 
-fn parse_line(line: &str) -> Option<MountInfo> {
-    let (left, right) = line.split_once(" - ")?;
-    let f: Vec<&str> = left.split(' ').collect();
-    if f.len() < 6 {
-        return None;
-    }
-    let mut r = right.split(' ');
-    let fs_type = r.next()?.to_owned();
-    let _source = r.next();
-    let super_options = r.next().unwrap_or("").to_owned();
-    Some(MountInfo {
-        root: unescape(f[3]),
-        mount_point: PathBuf::from(unescape(f[4])),
-        fs_type,
-        super_options,
-    })
+/// Reads and parses a mountinfo file (`/proc/self/mountinfo` in production, a fixture in
+/// tests).
+pub fn read_mountinfo(path: &Path) -> std::io::Result<Vec<MountInfo>> {
+    Ok(parse_mountinfo(&std::fs::read_to_string(path)?))
 }
 
-/// Undoes the kernel's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` `\`).
+/// Undoes the kernel's escapes in mountinfo paths (`seq_file`'s `mangle`: `\040` space,
+/// `\011` tab, `\012` newline, `\134` backslash; no other character is escaped).
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            if let Ok(byte) = u8::try_from(v) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    // every backslash the kernel writes starts an escape, so split on the escaped backslash
+    s.split("\\134")
+        .map(|p| {
+            p.replace("\\040", " ")
+                .replace("\\011", "\t")
+                .replace("\\012", "\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\\")
 }
 
 /// A volume directory of a pod.
@@ -152,11 +129,10 @@ pub fn still_mounted(root_dir: &Path, uid: &PodUid, mountinfo: &Path) -> Vec<Str
     if dirs.is_empty() {
         return Vec::new();
     }
-    let text = match std::fs::read_to_string(mountinfo) {
-        Ok(t) => t,
+    let mounts = match read_mountinfo(mountinfo) {
+        Ok(m) => m,
         Err(e) => return vec![format!("<cannot read {}: {e}>", mountinfo.display())],
     };
-    let mounts = parse_mountinfo(&text);
     mounted(&dirs, &mounts)
         .into_iter()
         .map(|d| d.name.clone())
@@ -220,7 +196,7 @@ garbage line
         let m = parse_mountinfo(SAMPLE);
         assert_eq!(m.len(), 6);
         assert_eq!(m[1].fs_type, "cgroup");
-        assert_eq!(m[1].super_options, "rw,memory");
+        assert!(m[1].super_options.contains_key("memory"));
         assert_eq!(m[5].mount_point, PathBuf::from("/mnt/with space"));
     }
 
@@ -238,6 +214,9 @@ garbage line
         }
         assert_eq!(unescape("\\777x"), "\\777x");
         assert_eq!(unescape("a\\134b"), "a\\b");
+        // an escaped backslash followed by digits is a backslash and digits
+        assert_eq!(unescape("a\\134040b"), "a\\040b");
+        assert_eq!(unescape("\\011\\012\\040"), "\t\n ");
     }
 
     #[test]

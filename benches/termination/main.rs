@@ -29,8 +29,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NODE: &str = "testnode";
-/// Linux's USER_HZ: the unit of utime/stime in /proc/<pid>/stat on every architecture we run.
-const CLK_TCK: f64 = 100.0;
 
 type R<T> = Result<T, String>;
 
@@ -56,28 +54,24 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
-/// CPU seconds (user + system) of a process.
+/// CPU seconds (user + system) of a process (0 if it is gone).
 fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // fields after the parenthesised command name: state is field 3, utime 14, stime 15
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let t = |i: usize| {
-        f.get(i - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (t(14) + t(15)) / CLK_TCK
+    procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .map_or(0.0, |s| {
+            (s.utime + s.stime) as f64 / procfs::ticks_per_second() as f64
+        })
 }
 
-/// A `/proc/<pid>/status` field in MiB (VmHWM: peak RSS, VmRSS: current).
-fn status_mib(pid: u32, key: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib / 1024.0)
+/// A `/proc/<pid>/status` memory figure in MiB (`|s| s.vmhwm`: peak RSS, `|s| s.vmrss`:
+/// current); NaN if the process is gone.
+fn status_mib(pid: u32, field: fn(&procfs::process::Status) -> Option<u64>) -> f64 {
+    procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.status())
+        .ok()
+        .as_ref()
+        .and_then(field)
+        .map_or(f64::NAN, |kib| kib as f64 / 1024.0)
 }
 
 /// `reaplet run` in its own process.
@@ -233,7 +227,7 @@ impl Window {
     fn close(&self, agent: &Agent, api: &ApiServer) -> (f64, f64, usize) {
         (
             cpu_secs(agent.pid()) - self.cpu0,
-            status_mib(agent.pid(), "VmHWM:"),
+            status_mib(agent.pid(), |s| s.vmhwm),
             api.requests().len() - self.req0,
         )
     }
@@ -587,8 +581,8 @@ async fn idle(n: usize, secs: u64) -> R<()> {
     println!(
         "reaplet: {:.3} % of a core ({r:.2} CPU-s in {secs} s), RSS {:.1} MiB (peak {:.1} MiB)",
         100.0 * r / s,
-        status_mib(agent.pid(), "VmRSS:"),
-        status_mib(agent.pid(), "VmHWM:")
+        status_mib(agent.pid(), |s| s.vmrss),
+        status_mib(agent.pid(), |s| s.vmhwm)
     );
     println!(
         "containerd: {:.3} % of a core without reaplet, {:.3} % with it: the polling costs {:.3} % of a core",

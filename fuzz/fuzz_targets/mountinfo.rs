@@ -1,4 +1,4 @@
-//! /proc/self/mountinfo text -> mounts.
+//! /proc/self/mountinfo text -> mounts (procfs, line by line) -> cgroup hierarchies.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
