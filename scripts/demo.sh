@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 export REAPLET_TESTBED_DIR=/tmp/reaplet-tb-demo REAPLET_TESTBED_CGROUP_ROOT=/reaplet-tb-demo
 trap 'testbed/testbed.sh stop' EXIT
 testbed/testbed.sh start
-cargo build --release --quiet --bin reaplet
+# the demo machinery is the `testbed` feature (never in a release package)
+cargo build --release --quiet --features testbed --bin reaplet
 ./target/release/reaplet demo --testbed-dir "$REAPLET_TESTBED_DIR" --cgroup-root "$REAPLET_TESTBED_CGROUP_ROOT"

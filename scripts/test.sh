@@ -9,7 +9,7 @@
 # and build the VM's root filesystem.
 #
 # The feature test-hooks compiles in the VM test's way to wedge reaplet's main loop (the
-# watchdog scenario); release builds never have it.
+# watchdog scenario), and testbed the test bed and demo machinery; release builds have neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,8 @@ testbed/testbed.sh images >/dev/null
 testbed/vm/image.sh >/dev/null
 
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked --features test-hooks -- -D warnings
+cargo clippy --all-targets --locked --features test-hooks,testbed -- -D warnings
+# the production build (no test machinery) must be clean too
+cargo clippy --bin reaplet --lib --locked -- -D warnings
 # the integration tests mostly wait on grace periods: run several at once
-RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --all-targets --locked --features test-hooks -- --show-output
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --all-targets --locked --features test-hooks,testbed -- --show-output

@@ -15,9 +15,9 @@
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
 //! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
-//! * [`demo`]: `reaplet demo`;
-//! * [`testbed`]: helpers that launch pods through CRI exactly as the kubelet does (tests,
-//!   benchmarks and the demo).
+//! * `demo` (feature `testbed`): `reaplet demo`;
+//! * `testbed` (feature `testbed`): helpers that launch pods through CRI exactly as the kubelet
+//!   does (tests, benchmarks and the demo); release builds never compile it.
 
 pub mod agent;
 pub mod api;
@@ -27,6 +27,7 @@ pub mod check;
 pub mod config;
 pub mod cri;
 pub mod deadline;
+#[cfg(feature = "testbed")]
 pub mod demo;
 pub mod events;
 pub mod file_source;
@@ -40,6 +41,7 @@ pub mod sd_notify;
 pub mod server;
 pub mod status;
 pub mod systemd;
+#[cfg(feature = "testbed")]
 pub mod testbed;
 pub mod volumes;
 pub mod workers;

@@ -35,6 +35,7 @@ enum Command {
     /// Print the version.
     Version,
     /// Demonstrate the pipeline on a private containerd (see scripts/demo.sh).
+    #[cfg(feature = "testbed")]
     Demo(DemoArgs),
 }
 
@@ -139,6 +140,7 @@ struct PodsArgs {
     address: std::net::SocketAddr,
 }
 
+#[cfg(feature = "testbed")]
 #[derive(clap::Args)]
 struct DemoArgs {
     /// The test bed directory (holds containerd.sock and pod logs).
@@ -184,6 +186,7 @@ fn main() {
                 check(s).await
             }
             Command::Pods(args) => pods(args).await.map(|()| 0),
+            #[cfg(feature = "testbed")]
             Command::Demo(args) => {
                 init_logs(LogFormat::Auto);
                 demo(args).await.map(|()| 0)
@@ -399,6 +402,7 @@ async fn pods(args: PodsArgs) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "testbed")]
 async fn demo(args: DemoArgs) -> Result<()> {
     let (version, rows) = reaplet::demo::run(reaplet::demo::DemoConfig {
         testbed_dir: args.testbed_dir,
