@@ -217,10 +217,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     let events_for_state = events.clone();
     let tracker = TaskTracker::new();
     let tracker_runtime = runtime.clone();
+    // with a manifest directory of its own, the static pods it runs are reaplet's; without
+    // one, static pods on this node are the kubelet's and are never taken for orphans
+    let mut pipeline = cfg.pipeline.clone();
+    pipeline.owns_static_pods = cfg.pod_manifest_path.is_some();
     let workers = PodWorkers::new(
         Arc::new(runtime),
         cgroups,
-        cfg.pipeline.clone(),
+        pipeline,
         events,
         Arc::new(Authority::default()),
         cancel.clone(),

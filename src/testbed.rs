@@ -197,6 +197,8 @@ pub struct PodTemplate {
     pub containers: Vec<ContainerTemplate>,
     /// Restartable init containers, in declaration order.
     pub sidecars: Vec<ContainerTemplate>,
+    /// The sandbox's annotations (the kubelet passes the pod's annotations on).
+    pub sandbox_annotations: Vec<(String, String)>,
 }
 
 static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -230,7 +232,46 @@ impl PodTemplate {
             qos: QosClass::BestEffort,
             containers: Vec::new(),
             sidecars: Vec::new(),
+            sandbox_annotations: vec![("kubernetes.io/config.source".into(), "api".into())],
         }
+    }
+
+    /// A static pod as the kubelet runs it from its manifest directory
+    /// (`pkg/kubelet/config/common.go`): named `<name>-<node>`, its UID the config hash, and
+    /// the `kubernetes.io/config.source: file`, `config.hash` and `config.seen` annotations.
+    pub fn kubelet_static(name: &str, node: &str, grace: i64) -> Self {
+        let hash = new_uid().replace('-', "");
+        let mut t = Self::new(&format!("{name}-{node}"), grace);
+        t.namespace = "kube-system".into();
+        t.uid = hash.clone();
+        t.sandbox_annotations = vec![
+            ("kubernetes.io/config.source".into(), "file".into()),
+            ("kubernetes.io/config.hash".into(), hash),
+            (
+                "kubernetes.io/config.seen".into(),
+                "2026-11-23T12:00:00.000000000Z".into(),
+            ),
+        ];
+        t
+    }
+
+    /// The mirror pod the kubelet creates in the API for a static pod: another UID (the
+    /// server's), the `kubernetes.io/config.mirror` annotation carrying the config hash, and
+    /// the static pod's own annotations.
+    pub fn mirror_object(&self) -> serde_json::Value {
+        let mut v = self.api_object();
+        v["metadata"]["uid"] = new_uid().into();
+        let mut ann: serde_json::Map<String, serde_json::Value> = self
+            .sandbox_annotations
+            .iter()
+            .map(|(k, val)| (k.clone(), val.clone().into()))
+            .collect();
+        ann.insert(
+            "kubernetes.io/config.mirror".into(),
+            self.uid.clone().into(),
+        );
+        v["metadata"]["annotations"] = ann.into();
+        v
     }
 
     pub fn container(mut self, c: ContainerTemplate) -> Self {
@@ -361,7 +402,7 @@ pub async fn launch(
         // host network: the UTS namespace is the node's, so no hostname is set
         log_directory: log_dir.display().to_string(),
         labels: labels.clone(),
-        annotations: [("kubernetes.io/config.source".to_owned(), "api".to_owned())].into(),
+        annotations: t.sandbox_annotations.iter().cloned().collect(),
         linux: Some(pb::LinuxPodSandboxConfig {
             cgroup_parent: parent.display().to_string(),
             security_context: Some(pb::LinuxSandboxSecurityContext {

@@ -63,6 +63,24 @@ impl ApiHarness {
         self.wait_watching(0).await;
     }
 
+    /// Stops the in-process agent (as a restart would) and starts it again.
+    async fn restart_agent(&mut self) {
+        self.cancel.cancel();
+        if let Some(a) = self.agent.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
+        }
+        self.cancel = CancellationToken::new();
+        let seen = watches(&self.api.requests());
+        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
+        let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
+        let cfg = self.config(Some(kube));
+        let cancel = self.cancel.clone();
+        self.agent = Some(tokio::spawn(async move {
+            reaplet::agent::run(cfg, cancel).await.unwrap();
+        }));
+        self.wait_watching(seen).await;
+    }
+
     /// Waits until reaplet has more than `seen` pod watch requests open.
     async fn wait_watching(&self, seen: usize) {
         wait_watches(&self.api, seen).await;
@@ -592,4 +610,65 @@ async fn a_status_for_a_pod_recreated_under_its_name_is_dropped_at_the_first_uid
     let cur = api.get_pod("default", "same").unwrap();
     assert_eq!(cur["metadata"]["uid"], new.uid.as_str());
     assert!(cur["metadata"]["deletionTimestamp"].is_null());
+}
+
+/// On a kubeadm node the kubelet runs the control plane from its manifest directory: runtime
+/// pods whose sandboxes say `kubernetes.io/config.source: file`, with mirror pods in the API
+/// under another UID. reaplet (no manifest directory of its own) must never take them for
+/// orphans, across a restart, nor stop one when its mirror pod is deleted; a real orphan (no
+/// API pod, no static annotations) is still stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_static_pods_and_their_mirror_pods_are_never_touched() {
+    let mut h = ApiHarness::new("api-static-kubelet").await;
+    let etcd = PodTemplate::kubelet_static("etcd", NODE, 30)
+        .container(ContainerTemplate::new("etcd", IGNORES_TERM));
+    let ps = launch(&h.tb, &etcd).await.unwrap();
+    let mirror = h.api.create_pod(etcd.mirror_object());
+    let orphan =
+        PodTemplate::new("orphan", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let po = launch(&h.tb, &orphan).await.unwrap();
+    h.start_agent().await;
+    let client = h.tb.client();
+    let running = |id: String| {
+        let client = client.clone();
+        async move { client.container_status(&id).await.unwrap().state.may_run() }
+    };
+    // the real orphan is stopped (with grace 1: within the 2 s floor and a relist or two)
+    let start = Instant::now();
+    while running(po.container_id("app").to_owned()).await {
+        assert!(start.elapsed() < LIMIT, "the real orphan was never stopped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // a restart, then the mirror pod deleted through the API; the static pod runs on through
+    // the whole window (several relists and the mirror pod's deletion handled)
+    h.restart_agent().await;
+    let (code, _) = h.api.delete_pod("kube-system", &etcd.name, None);
+    assert_eq!(code, 200);
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(5) {
+        assert!(
+            running(ps.container_id("etcd").to_owned()).await,
+            "the kubelet's static pod was stopped after {:?}",
+            window.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // nothing was written about the mirror pod either (the kubelet owns it)
+    let writes: Vec<Recorded> = h
+        .api
+        .writes()
+        .into_iter()
+        .filter(|r| {
+            r.path.contains(&format!("/pods/{}", etcd.name)) && r.user.starts_with("system:node")
+        })
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "reaplet wrote about a mirror pod: {writes:#?}"
+    );
+    assert_eq!(
+        h.api.get_pod("kube-system", &etcd.name).unwrap()["metadata"]["uid"],
+        mirror["metadata"]["uid"]
+    );
+    h.stop().await;
 }

@@ -6,7 +6,9 @@
 //!   pods missing from it are gone (force-deleted, or deleted while reaplet was down) and are
 //!   stopped as orphans, with grace 1;
 //! * orphans are judged only after the first complete list ([`PodWorkers::mark_source_synced`]);
-//! * a pod of another node, or one that does not convert, is logged and skipped.
+//! * a pod of another node, or one that does not convert, is logged and skipped;
+//! * a mirror pod (`kubernetes.io/config.mirror`) is the kubelet's: never fed to the workers,
+//!   so deleting one never stops its static pod (the kubelet recreates the mirror).
 
 use super::status_manager::StatusManager;
 use crate::cri::Runtime;
@@ -26,7 +28,23 @@ use tokio_util::sync::CancellationToken;
 /// The source name for [`PodWorkers::expect_sources`].
 pub const SOURCE: &str = "api";
 
+/// A mirror pod: the API's copy of one of the kubelet's static pods (another UID; the kubelet
+/// recreates it when it is deleted). Not a pod reaplet ends.
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
 fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
+    if is_mirror(pod) {
+        tracing::debug!(
+            pod = %format_args!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+            "mirror pod of a kubelet static pod; not reaplet's"
+        );
+        return None;
+    }
     let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
     if bound != Some(node) {
         tracing::warn!(

@@ -160,6 +160,21 @@ impl<R: Runtime> PodWorkers<R> {
                 }
                 continue;
             }
+            // the kubelet's static pods are never orphans (their API objects are mirror pods
+            // under other UIDs), unless reaplet runs this node's manifest directory itself
+            if !self.inner.config.owns_static_pods
+                && !reg.workers.contains_key(uid)
+                && let Some(source) = static_source(sbs)
+            {
+                if reg.left_alone.insert(uid.clone()) {
+                    let key = sbs
+                        .first()
+                        .map(|s| format!("{}/{}", s.pod_namespace, s.pod_name))
+                        .unwrap_or_default();
+                    tracing::info!(pod = %key, podUID = %uid, source, "static pod of the kubelet's own sources; left alone");
+                }
+                continue;
+            }
             // unknown to every source: an orphan only if it predates the sources' view
             let Some(synced_at) = reg.synced_at else {
                 continue;
@@ -210,6 +225,22 @@ impl<R: Runtime> PodWorkers<R> {
         }
         true
     }
+}
+
+/// The kubelet's config source of a static runtime pod (`file`, `http`), from its sandboxes'
+/// `kubernetes.io/config.source` annotation (`pkg/kubelet/config/common.go`).
+pub(super) fn static_source(sbs: &[&crate::cri::RuntimeSandbox]) -> Option<&'static str> {
+    sbs.iter().find_map(|s| {
+        match s
+            .annotations
+            .get("kubernetes.io/config.source")
+            .map(String::as_str)
+        {
+            Some("file") => Some("file"),
+            Some("http") => Some("http"),
+            _ => None,
+        }
+    })
 }
 
 /// The newest runtime container per regular container name of the spec.

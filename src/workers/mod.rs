@@ -21,6 +21,9 @@
 //!   calls) and starts a new one at once; cancellation of reaplet itself abandons work and
 //!   never kills a pod;
 //! * orphans are acted on only once every pod source has delivered a complete list;
+//! * the kubelet's static pods (sandbox annotation `kubernetes.io/config.source` `file` or
+//!   `http`) are never orphans unless reaplet owns the manifest directory; mirror pods in the
+//!   API are the kubelet's and are not fed to the workers;
 //! * a transition never waits for a poll: a kill completes when the runtime's stop calls
 //!   return, and the runtime is re-read right away.
 
@@ -69,6 +72,10 @@ pub struct PipelineConfig {
     pub relist_period_with_events: Duration,
     /// A kill still running this long after its deadline gets an `ExceededGracePeriod` event.
     pub exceeded_grace_slack: Duration,
+    /// reaplet runs this node's static pods (it has a manifest directory): a static runtime
+    /// pod none of its manifests has is then an orphan. Otherwise static pods
+    /// (`kubernetes.io/config.source: file|http`) are the kubelet's and never touched.
+    pub owns_static_pods: bool,
 }
 
 impl Default for PipelineConfig {
@@ -81,6 +88,7 @@ impl Default for PipelineConfig {
             relist_period: Duration::from_secs(1),
             relist_period_with_events: Duration::from_secs(10),
             exceeded_grace_slack: Duration::from_secs(10),
+            owns_static_pods: false,
         }
     }
 }

@@ -108,6 +108,8 @@ pub(super) struct Registry {
     pub(super) sources: HashSet<&'static str>,
     pub(super) last_list: HashMap<&'static str, i64>,
     pub(super) workers: HashMap<PodUid, WorkerHandle>,
+    /// Static runtime pods of the kubelet's sources, already reported as left alone.
+    pub(super) left_alone: HashSet<PodUid>,
 }
 
 /// The kill a changed object implies, the first time it implies one.
