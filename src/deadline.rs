@@ -9,11 +9,24 @@
 //!   ([`Deadline::from_unix`]), and never compared with the wall clock again;
 //! * combining two deadlines keeps the earlier one ([`Deadline::earliest`]): a deadline is
 //!   never extended;
+//! * arithmetic saturates: an absurd grace (up to `i64::MAX` seconds) becomes a deadline a
+//!   century away, never an overflow;
 //! * time left is rounded up to whole seconds ([`Deadline::remaining_secs`]): reaplet never
 //!   kills before a deadline because of rounding.
 
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// As good as never: where a deadline that would overflow the clock saturates (a century).
+const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `start + d`, saturating (an absurd grace never overflows the clock or panics).
+pub fn saturating_add(start: Instant, d: Duration) -> Instant {
+    start
+        .checked_add(d)
+        .or_else(|| start.checked_add(FAR))
+        .unwrap_or(start)
+}
 
 /// Why a deadline is where it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +65,7 @@ impl Deadline {
     pub fn after(start: Instant, secs: i64, origin: DeadlineOrigin) -> Self {
         let d = Duration::from_secs(secs.unsigned_abs());
         let at = if secs >= 0 {
-            start + d
+            saturating_add(start, d)
         } else {
             start.checked_sub(d).unwrap_or(start)
         };
@@ -112,5 +125,7 @@ mod tests {
         assert_eq!(Deadline::earliest(Some(d), Some(r)), Some(d));
         assert_eq!(Deadline::earliest(None, Some(r)), Some(r));
         assert!(past.signed_secs(now) < 0.0);
+        let far = Deadline::after(now, i64::MAX, DeadlineOrigin::Grace);
+        assert!(far.at > now + Duration::from_secs(50 * 365 * 24 * 3600));
     }
 }

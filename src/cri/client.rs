@@ -287,7 +287,9 @@ impl Runtime for CriClient {
 
     async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
         let cid = id.to_owned();
-        let deadline = self.request_timeout + Duration::from_secs(timeout_secs.max(0) as u64);
+        let deadline = self
+            .request_timeout
+            .saturating_add(Duration::from_secs(timeout_secs.max(0) as u64));
         self.call("StopContainer", id, deadline, |mut c, t| async move {
             c.stop_container(req(
                 pb::StopContainerRequest {

@@ -283,4 +283,34 @@ mod with_fake_runtime {
         r.workers.inner.tracker.close();
         r.workers.inner.tracker.wait().await;
     }
+
+    /// A grace of i64::MAX seconds (a hostile or absurd object) never kills the worker: its
+    /// deadline saturates, and a later shorter kill still ends the pod.
+    #[tokio::test(start_paused = true)]
+    async fn an_absurd_grace_never_kills_the_worker() {
+        let r = rig();
+        r.rt.add_pod("p6", &[("app", Behaviour::IgnoreTerm)]);
+        let mut p = api_pod("p6", 30);
+        p.spec_grace = Some(i64::MAX);
+        desire(&r.workers, std::slice::from_ref(&p));
+        r.workers.upsert(deleted(&p, i64::MAX));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let v = r.workers.view(&p.uid).unwrap();
+        assert_eq!(v.phase, PodPhase::Terminating);
+        assert_eq!(v.grace, Some(i64::MAX));
+        r.workers
+            .kill(&p.uid, KillRequest::new(KillReason::Orphan).grace(Some(1)))
+            .unwrap();
+        let done = tokio::time::timeout(
+            Duration::from_secs(60),
+            until(&r.workers, "p6", PodPhase::Finished),
+        )
+        .await;
+        assert!(
+            done.is_ok(),
+            "the worker never finished: {:?}",
+            r.workers.view(&p.uid)
+        );
+        assert_eq!(r.rt.exit_code("p6-app"), Some(137));
+    }
 }

@@ -15,7 +15,7 @@
 use super::registry::Mailbox;
 use super::{CleanupError, Inner, PodView, Step};
 use crate::cri::Runtime;
-use crate::deadline::{Deadline, DeadlineOrigin};
+use crate::deadline::{Deadline, DeadlineOrigin, saturating_add};
 use crate::events::{EventReason, PodEvent};
 use crate::grace;
 use crate::kill::{self, KillMemory};
@@ -323,8 +323,11 @@ impl<R: Runtime> Worker<R> {
         };
         self.retry = None;
         let alarm = Deadline::new(
-            now + grace::as_duration(grace::container_stop_timeout(grace))
-                + self.inner.config.exceeded_grace_slack,
+            saturating_add(
+                now,
+                grace::as_duration(grace::container_stop_timeout(grace))
+                    .saturating_add(self.inner.config.exceeded_grace_slack),
+            ),
             DeadlineOrigin::Grace,
         );
         if !self.overdue_reported && self.overdue.as_ref().is_none_or(|(_, o)| alarm.at < o.at) {
