@@ -17,6 +17,8 @@ pub enum Behaviour {
     Hang,
     /// The stop call "succeeds" but the container keeps running (a CRI violation).
     Liar,
+    /// The first stop call panics (a bug in the stop path); later ones act as `IgnoreTerm`.
+    PanicOnce,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -194,7 +196,15 @@ impl Runtime for FakeRuntime {
             if c.state == ContainerRunState::Exited {
                 return Ok(());
             }
-            *b
+            let b = *b;
+            if b == Behaviour::PanicOnce {
+                if let Some(entry) = s.containers.iter_mut().find(|(c, _, _)| c.id == id) {
+                    entry.1 = Behaviour::IgnoreTerm;
+                }
+                drop(s);
+                panic!("fake runtime: injected panic in StopContainer {id}");
+            }
+            b
         };
         let timeout = Duration::from_secs(timeout_secs.max(0) as u64);
         match behaviour {
@@ -207,7 +217,7 @@ impl Runtime for FakeRuntime {
                 self.exit(id, 137);
             }
             Behaviour::Hang => std::future::pending::<()>().await,
-            Behaviour::Liar => {}
+            Behaviour::Liar | Behaviour::PanicOnce => {}
         }
         Ok(())
     }

@@ -9,7 +9,9 @@
 //!   completion notice; a resumed kill deadline survives the coalescing;
 //! * a deleted or terminal object becomes a [`KillRequest`] here, once: the worker never
 //!   decides to end a pod on its own;
-//! * the lock is never held across an await.
+//! * the lock is never held across an await;
+//! * a worker that ends by panic is logged with its pod's UID and restarted, and the kill it
+//!   was carrying out is sent again ([`supervise`]).
 
 use super::worker::worker_loop;
 use super::{KillRequest, PodSource, PodView, PodWorkers, SeamError, Step};
@@ -17,6 +19,7 @@ use crate::cri::Runtime;
 use crate::deadline::Deadline;
 use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{PodInfo, PodUid};
+use futures_util::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -234,9 +237,46 @@ impl<R: Runtime> PodWorkers<R> {
             source,
         }));
         let span = tracing::info_span!("pod_worker", pod = %pod.key(), podUID = %pod.uid);
-        let task = worker_loop(self.inner.clone(), mailbox.clone(), view.clone(), pod);
+        let task = supervise(self.inner.clone(), mailbox.clone(), view.clone(), pod);
         self.inner.tracker.spawn(task.instrument(span));
         WorkerHandle { mailbox, view }
+    }
+}
+
+/// Runs a pod's worker, and restarts it if it ends by panic: logged with the pod's UID, then
+/// after a short backoff a new worker takes the mailbox, and the kill the dead one was
+/// carrying out is sent again (its reason and the grace it held). Completion notices the dead
+/// worker held are dropped (their receivers see the sender gone).
+async fn supervise<R: Runtime>(
+    inner: Arc<super::Inner<R>>,
+    mailbox: Arc<Mailbox>,
+    view: Arc<Mutex<PodView>>,
+    pod: PodInfo,
+) {
+    let mut restarts: u32 = 0;
+    loop {
+        let run = worker_loop(inner.clone(), mailbox.clone(), view.clone(), pod.clone());
+        let Err(panic) = std::panic::AssertUnwindSafe(run).catch_unwind().await else {
+            return;
+        };
+        restarts += 1;
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(podUID = %pod.uid, panic = %what, restarts, "pod worker panicked; restarting it");
+        let (reason, grace) = {
+            let v = view.lock().unwrap_or_else(|e| e.into_inner());
+            (v.reason.clone(), v.grace)
+        };
+        tokio::select! {
+            _ = inner.cancel.cancelled() => return,
+            _ = tokio::time::sleep(crate::lifecycle::backoff(restarts)) => {}
+        }
+        if let Some(reason) = reason {
+            mailbox.send_kill(KillRequest::new(reason).grace(grace));
+        }
     }
 }
 

@@ -313,4 +313,26 @@ mod with_fake_runtime {
         );
         assert_eq!(r.rt.exit_code("p6-app"), Some(137));
     }
+
+    /// A worker task that ends by panic is detected, logged with the pod UID and restarted: the
+    /// pod still ends (its kill is sent again).
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_worker_is_restarted_and_the_pod_still_ends() {
+        let r = rig();
+        r.rt.add_pod("p7", &[("app", Behaviour::PanicOnce)]);
+        let p = api_pod("p7", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        r.workers.upsert(deleted(&p, 3));
+        let done = tokio::time::timeout(
+            Duration::from_secs(120),
+            until(&r.workers, "p7", PodPhase::Finished),
+        )
+        .await;
+        assert!(
+            done.is_ok(),
+            "the pod never ended: {:?}",
+            r.workers.view(&p.uid)
+        );
+        assert_eq!(r.rt.exit_code("p7-app"), Some(137));
+    }
 }
