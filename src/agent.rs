@@ -178,6 +178,7 @@ impl<R: Runtime> AgentState for Live<R> {
                     "deadlineInSeconds": v.deadline.map(|d| d.signed_secs(now)),
                     "deadlineOrigin": v.deadline.map(|d| d.origin.as_str()),
                     "step": v.step.as_str(), "reason": v.reason.as_ref().map(|r| r.as_str()),
+                    "reasons": v.reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
                     "source": v.source.as_str(),
                 })
             })

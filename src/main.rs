@@ -379,8 +379,8 @@ async fn pods(args: PodsArgs) -> Result<()> {
     }
     let v: serde_json::Value = serde_json::from_str(&body).context("reading the agent's answer")?;
     println!(
-        "{:<40} {:<12} {:>6} {:>9} {:<8} STEP",
-        "POD", "STATE", "GRACE", "DEADLINE", "SOURCE"
+        "{:<40} {:<12} {:>6} {:>9} {:<8} {:<24} STEP",
+        "POD", "STATE", "GRACE", "DEADLINE", "SOURCE", "REASONS"
     );
     for p in v["pods"].as_array().into_iter().flatten() {
         let deadline = p["deadlineInSeconds"]
@@ -389,13 +389,25 @@ async fn pods(args: PodsArgs) -> Result<()> {
         let grace = p["gracePeriod"]
             .as_i64()
             .map_or("-".to_string(), |g| format!("{g}s"));
+        let reasons: Vec<&str> = p["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str())
+            .collect();
+        let reasons = if reasons.is_empty() {
+            "-".to_string()
+        } else {
+            reasons.join(",")
+        };
         println!(
-            "{:<40} {:<12} {:>6} {:>9} {:<8} {}",
+            "{:<40} {:<12} {:>6} {:>9} {:<8} {:<24} {}",
             p["pod"].as_str().unwrap_or(""),
             p["state"].as_str().unwrap_or(""),
             grace,
             deadline,
             p["source"].as_str().unwrap_or(""),
+            reasons,
             p["step"].as_str().unwrap_or("")
         );
     }

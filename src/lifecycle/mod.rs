@@ -10,6 +10,8 @@
 //! * the effective grace only decreases; a shorter one arriving while terminating restarts the
 //!   kill at once ([`Effect::StartKill`] with a new generation: the worker drops the old kill);
 //! * completion of a superseded kill (older generation) is ignored;
+//! * every reason to end the pod is kept ([`PodMachine::reasons`]); the first decides the
+//!   status, and whichever brings the shortest grace sets the deadline;
 //! * failures retry with capped exponential backoff; phase transitions act at once;
 //! * once Finished, every input is ignored.
 
@@ -191,8 +193,11 @@ pub struct PodMachine {
     pub lifecycle: Lifecycle,
     /// Effective grace held (None until termination starts). Only decreases.
     pub grace: Option<i64>,
-    /// Who ended the pod (the first reason wins).
+    /// Who ended the pod (the first reason wins: it decides the terminal status).
     pub reason: Option<KillReason>,
+    /// Every reason to end the pod that arrived, in order, each once (the log and
+    /// `reaplet pods` show them all; the grace each brought only ever shortened the kill).
+    pub reasons: Vec<KillReason>,
     pub spec_grace: Option<i64>,
     pub deletion_grace: Option<i64>,
     /// Consecutive failures of the current phase.
@@ -217,6 +222,7 @@ impl PodMachine {
             lifecycle: Lifecycle::Sync,
             grace: None,
             reason: None,
+            reasons: Vec::new(),
             spec_grace,
             deletion_grace: None,
             failures: 0,
@@ -250,6 +256,9 @@ fn terminate(
     now: Instant,
 ) -> Vec<Effect> {
     let g = grace::effective_grace(m.grace, m.deletion_grace, grace_override, m.spec_grace);
+    if !matches!(m.lifecycle, Lifecycle::Finished { .. }) && !m.reasons.contains(&reason) {
+        m.reasons.push(reason.clone());
+    }
     match &mut m.lifecycle {
         Lifecycle::Sync => {
             m.grace = Some(g);

@@ -298,3 +298,37 @@ fn backoff_is_capped() {
     assert_eq!(backoff(100), RETRY_MAX);
     assert_eq!(backoff(u32::MAX), RETRY_MAX);
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_reason_is_kept_the_first_decides_and_the_shortest_grace_wins() {
+    let mut m = PodMachine::new(Some(30));
+    let now = Instant::now();
+    delete(&mut m, Some(30), Some(30), now);
+    let e = step(
+        &mut m,
+        Input::Kill {
+            grace_override: Some(5),
+            reason: KillReason::Orphan,
+        },
+        now,
+    );
+    assert_eq!(
+        e,
+        vec![Effect::StartKill {
+            generation: 2,
+            grace: 5
+        }]
+    );
+    // the same reason again adds nothing; a longer grace changes nothing
+    step(
+        &mut m,
+        Input::Kill {
+            grace_override: Some(20),
+            reason: KillReason::Orphan,
+        },
+        now,
+    );
+    assert_eq!(m.reason, Some(KillReason::Deleted));
+    assert_eq!(m.reasons, vec![KillReason::Deleted, KillReason::Orphan]);
+    assert_eq!(m.grace, Some(5));
+}

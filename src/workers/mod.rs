@@ -221,7 +221,10 @@ pub struct PodView {
     /// When the current kill SIGKILLs at the latest.
     pub deadline: Option<Deadline>,
     pub step: Step,
+    /// The reason that decides the status (the first).
     pub reason: Option<KillReason>,
+    /// Every reason to end the pod that arrived, in order.
+    pub reasons: Vec<KillReason>,
     pub source: PodSource,
 }
 

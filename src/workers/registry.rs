@@ -234,6 +234,7 @@ impl<R: Runtime> PodWorkers<R> {
             deadline: None,
             step: Step::Starting,
             reason: None,
+            reasons: Vec::new(),
             source,
         }));
         let span = tracing::info_span!("pod_worker", pod = %pod.key(), podUID = %pod.uid);
@@ -290,6 +291,7 @@ fn desired_view(p: &PodInfo) -> PodView {
         deadline: None,
         step: Step::Running,
         reason: None,
+        reasons: Vec::new(),
         source: PodSource::of(p),
     }
 }

@@ -232,8 +232,13 @@ impl<R: Runtime> Worker<R> {
     /// One input through the step function, then its effects.
     fn apply(&mut self, input: Input) {
         let before = self.m.lifecycle.phase();
+        let known = self.m.reasons.len();
         let effects = lifecycle::step(&mut self.m, input, Instant::now());
         let after = self.m.lifecycle.phase();
+        if known > 0 && self.m.reasons.len() > known {
+            let all: Vec<&str> = self.m.reasons.iter().map(KillReason::as_str).collect();
+            tracing::info!(reasons = ?all, gracePeriod = self.m.grace, "another reason to end the pod");
+        }
         if after != before {
             self.transition(before, after);
         }
@@ -423,6 +428,7 @@ impl<R: Runtime> Worker<R> {
         v.deadline = self.m.kill_deadline();
         v.step = self.step;
         v.reason = self.m.reason.clone();
+        v.reasons = self.m.reasons.clone();
         v.key = self.pod.key();
     }
 }
