@@ -200,7 +200,22 @@ proptest! {
                 prop_assert!(s >= 0);
             }
         }
-        prop_assert_eq!(g.pods.len() + g.invalid.len() >= usize::from(!sandboxes.is_empty()), true);
+        // exactly: a valid sandbox UID groups the sandbox and every container (the sandbox's
+        // UID wins over a container's own label); an invalid one sets everything aside
+        match reaplet::pod::PodUid::parse(&uid) {
+            Ok(valid) => {
+                prop_assert_eq!(g.pods.len(), 1);
+                let (sbs, cs) = &g.pods[&valid];
+                prop_assert_eq!(sbs.len(), 1);
+                prop_assert_eq!(cs.len(), containers.len());
+                prop_assert!(g.invalid.is_empty());
+            }
+            Err(_) => {
+                prop_assert!(g.invalid.contains(&"sb".to_owned()));
+                let grouped: usize = g.pods.values().map(|(s, c)| s.len() + c.len()).sum();
+                prop_assert_eq!(grouped + g.invalid.len(), 1 + containers.len());
+            }
+        }
     }
 
     /// mountinfo (any text, or lines of whitespace-free fields with hostile escapes) parses
@@ -209,7 +224,7 @@ proptest! {
     fn mountinfo_parsing(
         junk in "\\PC{0,300}",
         lines in prop::collection::vec(
-            (any::<u16>(), "\\S{0,20}", "\\S{0,20}", "\\S{0,20}", "\\S{0,20}"),
+            (any::<u16>(), "/[a-z0-9._-]{0,20}", "[a-z0-9._-]{1,20}", "[a-z0-9]{1,20}", "[a-z0-9=,]{1,20}"),
             0..20,
         ),
     ) {
@@ -220,8 +235,12 @@ proptest! {
                 format!("{id} 1 0:1 {root} /{mp}\\040x\\134 rw - {fs} src {opts}\n")
             })
             .collect();
-        for m in reaplet::volumes::parse_mountinfo(&text) {
-            prop_assert!(m.mount_point.is_absolute() || m.mount_point.as_os_str().is_empty());
+        // exactly: every well-formed line is one mount, its escapes (space, backslash) undone
+        let mounts = reaplet::volumes::parse_mountinfo(&text);
+        prop_assert_eq!(mounts.len(), lines.len());
+        for (m, (_, _, mp, fs, _)) in mounts.iter().zip(&lines) {
+            prop_assert_eq!(&m.mount_point, &std::path::PathBuf::from(format!("/{mp} x\\")));
+            prop_assert_eq!(&m.fs_type, fs);
         }
     }
 }
