@@ -9,7 +9,12 @@
 //! * a file that exists but does not parse keeps the last good version of its pod (reaplet
 //!   never kills a pod because its manifest is being rewritten); the error is logged once;
 //! * static pods are marked `kubernetes.io/config.source: file`, so they get no terminal
-//!   phase and no API delete.
+//!   phase and no API delete;
+//! * a manifest is matched to the static pod the runtime really runs for it (same namespace,
+//!   the kubelet's name `<name>-<node>`, `config.source: file`) and takes that pod's UID: a
+//!   pod the kubelet started under its own config hash is this manifest's pod, not an orphan.
+//!   reaplet's own UID (a hash of path, content and node) is used only when the runtime has
+//!   no such pod.
 
 use crate::cri::Runtime;
 use crate::pod::PodInfo;
@@ -110,6 +115,41 @@ fn manifests(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Gives each manifest's pod the UID of the static pod the runtime runs for it, if any
+/// (logged once per manifest and UID). A manifest keeps a UID it adopted while its file is
+/// there, so a runtime listing that fails never flips it back.
+async fn adopt_runtime_uids<R: Runtime>(
+    workers: &PodWorkers<R>,
+    seen: &mut HashMap<PathBuf, PodInfo>,
+    adopted: &mut HashMap<PathBuf, crate::pod::PodUid>,
+) {
+    adopted.retain(|path, _| seen.contains_key(path));
+    let running = match workers.static_runtime_pods().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(err = %e, "listing the runtime's static pods failed");
+            HashMap::new()
+        }
+    };
+    for (path, pod) in seen.iter_mut() {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        let uid = match running.get(&key) {
+            Some(uid) => {
+                if adopted.get(path) != Some(uid) {
+                    tracing::info!(pod = %pod.key(), podUID = %uid, file = %path.display(), "manifest matched to the static pod the runtime runs");
+                    adopted.insert(path.clone(), uid.clone());
+                }
+                uid.clone()
+            }
+            None => match adopted.get(path) {
+                Some(uid) => uid.clone(),
+                None => continue,
+            },
+        };
+        pod.uid = uid;
+    }
+}
+
 /// Watches `dir` every `period` until cancelled.
 pub async fn run<R: Runtime>(
     dir: PathBuf,
@@ -121,6 +161,7 @@ pub async fn run<R: Runtime>(
     let mut known: HashMap<PathBuf, PodInfo> = HashMap::new();
     let mut reported: HashMap<PathBuf, String> = HashMap::new();
     let mut dir_error: Option<String> = None;
+    let mut adopted: HashMap<PathBuf, crate::pod::PodUid> = HashMap::new();
     loop {
         match manifests(&dir) {
             Ok(files) => {
@@ -145,6 +186,7 @@ pub async fn run<R: Runtime>(
                         }
                     }
                 }
+                adopt_runtime_uids(&workers, &mut seen, &mut adopted).await;
                 for (path, old) in &known {
                     let replaced = seen.get(path).is_some_and(|p| p.uid != old.uid);
                     if !seen.contains_key(path) || replaced {

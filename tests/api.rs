@@ -672,3 +672,75 @@ async fn kubelet_static_pods_and_their_mirror_pods_are_never_touched() {
     );
     h.stop().await;
 }
+
+/// With a manifest directory of its own, reaplet matches each manifest to the runtime pod that
+/// really carries it (namespace, `<name>-<node>`, `kubernetes.io/config.source: file`), not to
+/// a hash only reaplet computes: a static pod the kubelet started (its UID the kubelet's hash)
+/// is desired, not an orphan, and removing its manifest ends it with its own grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
+    let h = ApiHarness::new("api-static-match").await;
+    let dir = h.root.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("web.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 3\n  hostNetwork: true\n  containers:\n  - name: app\n    image: {}\n    command: [/bin/sh, -c, \"{IGNORES_TERM}\"]\n",
+            reaplet::testbed::BUSYBOX_IMAGE
+        ),
+    )
+    .unwrap();
+    // started by the kubelet: its own config hash as the UID, not reaplet's
+    let mut t = PodTemplate::kubelet_static("web", NODE, 3)
+        .container(ContainerTemplate::new("app", IGNORES_TERM));
+    t.namespace = "default".into();
+    let ours = reaplet::file_source::load(&file, NODE).unwrap();
+    assert_ne!(
+        ours.uid.as_str(),
+        t.uid,
+        "the test needs a UID reaplet would not compute"
+    );
+    let p = launch(&h.tb, &t).await.unwrap();
+    let log = h.root.path().join("reaplet.log");
+    let dir_s = dir.display().to_string();
+    let mut child = spawn_h(&h, &["--pod-manifest-path", &dir_s], &log);
+    let _g = KillOnDrop(child.id());
+    let client = h.tb.client();
+    // desired: it runs on for the whole window (several scans and relists)
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(4) {
+        let st = client
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+        assert!(
+            st.state.may_run(),
+            "the static pod was stopped after {:?}\n{}",
+            window.elapsed(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let t0 = now_ns();
+    std::fs::remove_file(&file).unwrap();
+    let start = Instant::now();
+    loop {
+        let st = client
+            .container_status(p.container_id("app"))
+            .await
+            .unwrap();
+        if !st.state.may_run() {
+            assert_stopped(&st, t0, 137, 3.0..8.0);
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "static pod not terminated\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

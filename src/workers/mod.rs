@@ -374,6 +374,32 @@ impl<R: Runtime> PodWorkers<R> {
         self.inner.relist_now.notify_one();
     }
 
+    /// The static pods the runtime runs (sandbox annotation `kubernetes.io/config.source:
+    /// file`), by (namespace, name) — the name is the kubelet's `<name>-<node>` — to their
+    /// UIDs (the newest sandbox's). What a manifest is matched to.
+    pub async fn static_runtime_pods(
+        &self,
+    ) -> Result<HashMap<(String, String), PodUid>, crate::cri::CriError> {
+        let mut out: HashMap<(String, String), (i64, PodUid)> = HashMap::new();
+        for s in self.inner.runtime.list_sandboxes(None).await? {
+            let from_file = s
+                .annotations
+                .get("kubernetes.io/config.source")
+                .is_some_and(|v| v == "file");
+            let Ok(uid) = PodUid::parse(&s.pod_uid) else {
+                continue;
+            };
+            if !from_file {
+                continue;
+            }
+            let key = (s.pod_namespace.clone(), s.pod_name.clone());
+            if out.get(&key).is_none_or(|(at, _)| *at < s.created_at) {
+                out.insert(key, (s.created_at, uid));
+            }
+        }
+        Ok(out.into_iter().map(|(k, (_, u))| (k, u)).collect())
+    }
+
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.inner
             .registry
