@@ -183,15 +183,51 @@ impl Systemd {
         String::try_from(v).map_err(|e| call(e.into()))
     }
 
+    /// The names of every loaded pod slice unit (`kubepods*.slice` with a `pod` component),
+    /// whatever its state (`ListUnitsByPatterns`).
+    pub async fn list_pod_slices(&self) -> Result<Vec<String>, SystemdError> {
+        const WHAT: &str = "kubepods*-pod*.slice";
+        let Some(reply) = self
+            .manager_call(
+                WHAT,
+                "ListUnitsByPatterns",
+                &(Vec::<&str>::new(), vec![WHAT]),
+            )
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        type Unit = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            OwnedObjectPath,
+            u32,
+            String,
+            OwnedObjectPath,
+        );
+        let units: Vec<Unit> = reply
+            .body()
+            .deserialize()
+            .map_err(|source| SystemdError::Call {
+                unit: WHAT.into(),
+                method: "ListUnitsByPatterns",
+                source,
+            })?;
+        Ok(units
+            .into_iter()
+            .map(|u| u.0)
+            .filter(|n| is_pod_slice(n))
+            .collect())
+    }
+
     /// Stops the pod slice `unit` (and with it every scope inside) and waits until systemd
     /// reports it inactive. Returns whether a stop was needed.
     pub async fn stop_slice(&self, unit: &str) -> Result<bool, SystemdError> {
-        let valid = unit.ends_with(".slice")
-            && unit.starts_with("kubepods")
-            && unit
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.@:".contains(&b));
-        if !valid {
+        if !is_pod_slice(unit) {
             return Err(SystemdError::BadUnit { unit: unit.into() });
         }
         let Some(path) = self.unit_path(unit).await? else {
@@ -228,6 +264,15 @@ impl Systemd {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A name reaplet may stop: a `kubepods*.slice` of checked characters.
+fn is_pod_slice(unit: &str) -> bool {
+    unit.ends_with(".slice")
+        && unit.starts_with("kubepods")
+        && unit
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@:".contains(&b))
 }
 
 #[cfg(test)]

@@ -176,6 +176,130 @@ pub async fn wait_unmounted(
     }
 }
 
+/// A pod's directory: `<root_dir>/pods/<uid>`.
+pub fn pod_dir(root_dir: &Path, uid: &PodUid) -> PathBuf {
+    root_dir.join("pods").join(uid.as_str())
+}
+
+/// Every pod UID with a directory under `<root_dir>/pods` (names that are no valid
+/// [`PodUid`] are not pods and are left out). A missing `pods` directory means none.
+pub fn pod_dir_uids(root_dir: &Path) -> std::io::Result<Vec<PodUid>> {
+    let rd = match std::fs::read_dir(root_dir.join("pods")) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: Vec<PodUid> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| PodUid::parse(n).ok()))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The mount points at or below `dir` (compared both as given and through its canonical
+/// path, since mountinfo has resolved paths), relative to `dir`.
+pub fn mounts_below(dir: &Path, mounts: &[MountInfo]) -> Vec<PathBuf> {
+    let canonical = std::fs::canonicalize(dir).ok();
+    let mut out: Vec<PathBuf> = mounts
+        .iter()
+        .filter_map(|m| {
+            std::iter::once(dir)
+                .chain(canonical.as_deref())
+                .find_map(|d| m.mount_point.strip_prefix(d).ok())
+                .map(Path::to_path_buf)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What became of an orphaned pod directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OrphanDir {
+    /// Removed, or already gone.
+    Removed,
+    /// Something is mounted below it (paths relative to the pod dir): left alone.
+    Mounted(Vec<PathBuf>),
+    /// Not a plain directory (a symlink, a file): left alone, never followed.
+    NotADirectory,
+}
+
+/// Removes an orphaned pod directory `<root_dir>/pods/<uid>` (kubelet's
+/// `cleanupOrphanedPodDirs` with `RemoveAllOneFilesystem`), unless anything below it is a
+/// mount point: per `mounts` (mountinfo), or a directory on another device found while
+/// scanning. The whole tree is scanned before anything is removed; symlinks are never
+/// followed (a symlink is unlinked, its target untouched); a pod dir that is itself a symlink
+/// is left alone. ENOENT means done, so this is idempotent.
+pub fn remove_orphan_pod_dir(
+    root_dir: &Path,
+    uid: &PodUid,
+    mounts: &[MountInfo],
+) -> std::io::Result<OrphanDir> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = pod_dir(root_dir, uid);
+    let meta = match std::fs::symlink_metadata(&dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OrphanDir::Removed),
+        Err(e) => return Err(e),
+    };
+    if !meta.file_type().is_dir() {
+        return Ok(OrphanDir::NotADirectory);
+    }
+    let below = mounts_below(&dir, mounts);
+    if !below.is_empty() {
+        return Ok(OrphanDir::Mounted(below));
+    }
+    // scan first (children before parents), refusing any other filesystem
+    let dev = meta.dev();
+    let mut order: Vec<(PathBuf, bool)> = Vec::new();
+    let mut stack = vec![(dir.clone(), false)];
+    while let Some((d, visited)) = stack.pop() {
+        if visited {
+            order.push((d, true));
+            continue;
+        }
+        stack.push((d.clone(), true));
+        let rd = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for e in rd {
+            let e = e?;
+            // DirEntry::metadata does not follow symlinks
+            let m = match e.metadata() {
+                Ok(m) => m,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(err),
+            };
+            if m.file_type().is_dir() {
+                if m.dev() != dev {
+                    let rel = e.path().strip_prefix(&dir).unwrap_or(&e.path()).to_owned();
+                    return Ok(OrphanDir::Mounted(vec![rel]));
+                }
+                stack.push((e.path(), false));
+            } else {
+                order.push((e.path(), false));
+            }
+        }
+    }
+    for (p, is_dir) in order {
+        let r = if is_dir {
+            std::fs::remove_dir(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        match r {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(OrphanDir::Removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,5 +411,52 @@ garbage line
         )
         .await
         .unwrap();
+    }
+
+    #[test]
+    fn orphan_pod_dirs_are_removed_only_without_mounts_and_never_through_symlinks() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        let pods = root.path().join("pods");
+        let plain = PodUid::parse("plain").unwrap();
+        let held = PodUid::parse("held").unwrap();
+        let link = PodUid::parse("link").unwrap();
+        let dir = pod_dir(root.path(), &plain);
+        std::fs::create_dir_all(dir.join("volumes/kubernetes.io~empty-dir/a/b")).unwrap();
+        std::fs::write(dir.join("volumes/kubernetes.io~empty-dir/a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.join("out")).unwrap();
+        let hdir = pod_dir(root.path(), &held);
+        std::fs::create_dir_all(hdir.join("volumes/kubernetes.io~csi/pvc/mount")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), pods.join("link")).unwrap();
+        std::fs::create_dir_all(pods.join("not a uid")).unwrap();
+        let mut uids = pod_dir_uids(root.path()).unwrap();
+        uids.sort();
+        assert_eq!(uids, vec![held.clone(), link.clone(), plain.clone()]);
+        let mounts = parse_mountinfo(&format!(
+            "91 22 0:51 / {}/volumes/kubernetes.io~csi/pvc/mount rw - ext4 /dev/sdb rw\n",
+            hdir.display()
+        ));
+        assert_eq!(
+            remove_orphan_pod_dir(root.path(), &plain, &mounts).unwrap(),
+            OrphanDir::Removed
+        );
+        assert!(!dir.exists());
+        assert_eq!(
+            remove_orphan_pod_dir(root.path(), &held, &mounts).unwrap(),
+            OrphanDir::Mounted(vec![PathBuf::from("volumes/kubernetes.io~csi/pvc/mount")])
+        );
+        assert!(hdir.join("volumes/kubernetes.io~csi/pvc/mount").exists());
+        assert_eq!(
+            remove_orphan_pod_dir(root.path(), &link, &mounts).unwrap(),
+            OrphanDir::NotADirectory
+        );
+        assert!(outside.path().join("precious").exists());
+        // idempotent
+        assert_eq!(
+            remove_orphan_pod_dir(root.path(), &plain, &mounts).unwrap(),
+            OrphanDir::Removed
+        );
+        assert!(pods.join("not a uid").exists());
     }
 }

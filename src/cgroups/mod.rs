@@ -192,6 +192,25 @@ impl CgroupNaming {
         }
     }
 
+    /// The pod UID a pod cgroup's directory (or, with the systemd driver, slice unit) name
+    /// belongs to, when `name` is exactly what [`Self::pod_cgroup`] builds for that UID in
+    /// `qos` (kubelet's `GetAllPodsFromCgroups` / `ParseSystemdToCgroupName`). Anything else
+    /// (a container's cgroup, a foreign directory, a name that is no valid UID) is `None`.
+    pub fn uid_of(&self, name: &str, qos: QosClass) -> Option<PodUid> {
+        let raw = match self.driver {
+            CgroupDriver::Cgroupfs => name.strip_prefix("pod")?.to_owned(),
+            // the escaped UID has no '-': it is the last component of the slice name
+            CgroupDriver::Systemd => {
+                let stem = name.strip_suffix(".slice")?;
+                let last = stem.rsplit('-').next()?;
+                last.strip_prefix("pod")?.replace('_', "-")
+            }
+        };
+        let uid = PodUid::parse(&raw).ok()?;
+        let built = self.pod_cgroup(&uid, qos);
+        (built.file_name()?.to_str()? == name).then_some(uid)
+    }
+
     /// The cgroup root relative to a hierarchy's mount point.
     pub fn root_path(&self) -> PathBuf {
         match self.driver {
@@ -290,6 +309,71 @@ impl CgroupManager {
                 }
             }
         }
+        Ok(out)
+    }
+
+    /// Every pod UID that has a pod cgroup directory, in any hierarchy and any QoS class
+    /// (kubelet's `GetAllPodsFromCgroups`), sorted and without duplicates. Only directories
+    /// whose names are exactly a pod cgroup's are counted; a missing QoS parent is none.
+    pub fn pod_uids(&self) -> Result<Vec<PodUid>, CgroupError> {
+        let root = self.naming.root_path();
+        let mut out = Vec::new();
+        for h in &self.hierarchies {
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                // the QoS parent is the same for every UID: build it from a placeholder
+                let probe = PodUid::parse("probe").expect("a valid uid");
+                let rel = self.naming.pod_cgroup(&probe, qos);
+                let Some(parent) = rel.parent() else {
+                    continue;
+                };
+                let dir = contained(&h.mount_point, &root, parent)?;
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                        continue;
+                    }
+                    if let Some(uid) = e
+                        .file_name()
+                        .to_str()
+                        .and_then(|n| self.naming.uid_of(n, qos))
+                    {
+                        out.push(uid);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Every pod UID with a loaded pod slice unit (systemd driver on a systemd host; else
+    /// none): a slice whose directories are gone may still be an active unit.
+    pub async fn pod_slice_uids(&self) -> Result<Vec<PodUid>, SystemdError> {
+        let (CgroupDriver::Systemd, Some(units)) = (self.naming.driver, &self.units) else {
+            return Ok(Vec::new());
+        };
+        let names = units.list_pod_slices().await?;
+        let mut out: Vec<PodUid> = names
+            .iter()
+            .filter_map(|n| {
+                [
+                    QosClass::Guaranteed,
+                    QosClass::Burstable,
+                    QosClass::BestEffort,
+                ]
+                .into_iter()
+                .find_map(|qos| self.naming.uid_of(n, qos))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
         Ok(out)
     }
 

@@ -197,3 +197,92 @@ async fn systemd_driver_without_a_bus_still_removes_the_slice_directories() {
     assert!(!pod.exists());
     assert!(pod.parent().unwrap().exists(), "the QoS slice stays");
 }
+
+#[test]
+fn pod_uids_lists_every_pod_cgroup_of_both_drivers_and_all_qos_classes() {
+    let u = uid();
+    let other = PodUid::parse("1c0ffee0-0000-4000-8000-000000000001").unwrap();
+    for (driver, root) in [
+        (CgroupDriver::Cgroupfs, "/reaplet-testbed"),
+        (CgroupDriver::Systemd, "/custom.slice"),
+    ] {
+        let fs = tempfile::tempdir().unwrap();
+        let naming = CgroupNaming::new(driver, root).unwrap();
+        let hs: Vec<Hierarchy> = ["memory", "unified"]
+            .iter()
+            .map(|h| Hierarchy {
+                mount_point: fs.path().join(h),
+                version: CgroupVersion::V1,
+            })
+            .collect();
+        let m = CgroupManager::new(hs.clone(), naming.clone());
+        assert_eq!(
+            m.pod_uids().unwrap(),
+            Vec::<PodUid>::new(),
+            "no QoS parents yet"
+        );
+        // u in two hierarchies and two classes, other only as best-effort in one
+        for h in &hs {
+            std::fs::create_dir_all(
+                h.mount_point
+                    .join(naming.pod_cgroup(&u, QosClass::Burstable)),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(
+            hs[0]
+                .mount_point
+                .join(naming.pod_cgroup(&u, QosClass::Guaranteed)),
+        )
+        .unwrap();
+        let o = hs[1]
+            .mount_point
+            .join(naming.pod_cgroup(&other, QosClass::BestEffort));
+        std::fs::create_dir_all(o.join("container")).unwrap();
+        // not pod cgroups: a container's, a foreign name, a file, a name that is no UID
+        let qos_parent = o.parent().unwrap();
+        std::fs::create_dir_all(qos_parent.join("not-a-pod")).unwrap();
+        std::fs::create_dir_all(qos_parent.join("pod")).unwrap();
+        std::fs::create_dir_all(qos_parent.join("pod..")).unwrap();
+        std::fs::write(qos_parent.join("podfile"), "").unwrap();
+        let mut want = vec![u.clone(), other.clone()];
+        want.sort();
+        assert_eq!(m.pod_uids().unwrap(), want, "{driver:?}");
+    }
+}
+
+#[test]
+fn uid_of_round_trips_pod_cgroup_names_only() {
+    let u = uid();
+    for driver in [CgroupDriver::Cgroupfs, CgroupDriver::Systemd] {
+        let n = CgroupNaming::new(driver, "/").unwrap();
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            let rel = n.pod_cgroup(&u, qos);
+            let name = rel.file_name().unwrap().to_str().unwrap();
+            assert_eq!(n.uid_of(name, qos), Some(u.clone()), "{driver:?} {qos:?}");
+        }
+        // with the systemd driver the name says the class: a besteffort slice is not a
+        // burstable one (with cgroupfs the QoS parent directory says it)
+        let be = n.pod_cgroup(&u, QosClass::BestEffort);
+        let be = be.file_name().unwrap().to_str().unwrap();
+        if driver == CgroupDriver::Systemd {
+            assert_eq!(n.uid_of(be, QosClass::Burstable), None);
+        }
+        assert_eq!(n.uid_of("kubepods.slice", QosClass::Guaranteed), None);
+        assert_eq!(
+            n.uid_of("cri-containerd-abc.scope", QosClass::Guaranteed),
+            None
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_systemd_means_no_pod_slice_units() {
+    let naming = CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap();
+    let m = CgroupManager::new(Vec::new(), naming);
+    assert!(m.pod_slice_uids().await.unwrap().is_empty());
+}

@@ -10,13 +10,69 @@
 //!   `OnFailure` every exit code 0;
 //! * every pod it ends goes through the same seam as the sources ([`KillRequest`]);
 //! * the registry lock is released before any runtime call; one line when relisting starts
-//!   failing and one when it works again, never one per poll.
+//!   failing and one when it works again, never one per poll;
+//! * after the runtime's pods, the node's leftovers (kubelet's `cleanupOrphanedPodCgroups`
+//!   and `cleanupOrphanedPodDirs`): a pod cgroup (every hierarchy, QoS class and driver; with
+//!   the systemd driver its slice unit too) or a `<root-dir>/pods/<uid>` directory whose UID
+//!   is neither desired, nor has an unfinished worker, nor has anything in the runtime is an
+//!   orphan. It is acted on only once every source has synced, and only when it was an
+//!   orphan in two passes at least [`ORPHAN_CONFIRM`] apart, the second judged against a
+//!   fresh runtime list (a pod being created has its cgroup before the runtime lists its
+//!   sandbox). Its processes are killed and its cgroup removed, unless a volume of the pod
+//!   is still mounted (the kubelet keeps it then, so memory-backed volumes stay charged to
+//!   it); its directory is removed unless anything below it is a mount point, never
+//!   following a symlink. Each decision is logged once, never once per pass.
 
 use super::{KillRequest, PodSource, PodWorkers};
 use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
 use crate::grace;
 use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
+use crate::volumes::{self, OrphanDir};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a pod cgroup or pod directory must stay an orphan (seen in two passes this far
+/// apart) before it is removed.
+pub const ORPHAN_CONFIRM: Duration = Duration::from_secs(5);
+
+/// What the node-leftover sweeps remember from pass to pass (owned by the housekeeping loop).
+#[derive(Default)]
+pub(super) struct Sweeps {
+    /// Orphaned pod cgroups and pod dirs, since when they have been seen as such.
+    cgroup_suspects: HashMap<PodUid, Instant>,
+    dir_suspects: HashMap<PodUid, Instant>,
+    /// Already reported: cgroups kept for mounted volumes, dirs left alone (and why), and
+    /// failures; reported again only when what is reported changes.
+    reported: HashMap<(PodUid, &'static str), String>,
+}
+
+impl Sweeps {
+    /// Whether `what` about `uid` is news (and remembers it).
+    fn news(&mut self, uid: &PodUid, kind: &'static str, what: String) -> bool {
+        self.reported.insert((uid.clone(), kind), what.clone()) != Some(what)
+    }
+
+    /// Marks the candidates of this pass; returns those confirmed as orphans.
+    fn confirm(
+        suspects: &mut HashMap<PodUid, Instant>,
+        candidates: Vec<PodUid>,
+        now: Instant,
+    ) -> Vec<PodUid> {
+        let current: HashSet<&PodUid> = candidates.iter().collect();
+        suspects.retain(|u, _| current.contains(u));
+        let mut ready = Vec::new();
+        for uid in candidates {
+            let since = *suspects.entry(uid.clone()).or_insert(now);
+            if now.duration_since(since) >= ORPHAN_CONFIRM {
+                ready.push(uid);
+            }
+        }
+        ready
+    }
+}
 
 async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
     match rx {
@@ -40,6 +96,7 @@ impl<R: Runtime> PodWorkers<R> {
     pub async fn run_housekeeping(self) {
         let cancel = self.inner.cancel.clone();
         let mut relist_failing = false;
+        let mut sweeps = Sweeps::default();
         let mut events = match self.inner.runtime.container_events().await {
             Ok(rx) => {
                 tracing::info!("runtime container events subscribed");
@@ -76,7 +133,7 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                 }
             }
-            match self.relist().await {
+            match self.relist_sweeping(&mut sweeps).await {
                 Err(e) if !relist_failing => {
                     tracing::warn!(err = %e, "runtime relist failed; retrying every period");
                     relist_failing = true;
@@ -95,8 +152,14 @@ impl<R: Runtime> PodWorkers<R> {
         }
     }
 
-    /// One housekeeping pass. Public so callers can force one.
+    /// One housekeeping pass. Public so callers can force one. A forced pass does not remove
+    /// node leftovers (orphaned pod cgroups and dirs): that takes the housekeeping loop's
+    /// confirmation over two passes.
     pub async fn relist(&self) -> Result<(), CriError> {
+        self.relist_sweeping(&mut Sweeps::default()).await
+    }
+
+    async fn relist_sweeping(&self, sweeps: &mut Sweeps) -> Result<(), CriError> {
         let rt = &self.inner.runtime;
         let sandboxes = rt.list_sandboxes(None).await?;
         let containers = rt.list_containers(None).await?;
@@ -131,7 +194,168 @@ impl<R: Runtime> PodWorkers<R> {
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
             let _ = self.kill(&pod.uid, KillRequest::new(KillReason::Completed));
         }
+        let runtime_uids: HashSet<PodUid> = grouped.pods.keys().cloned().collect();
+        self.sweep_leftovers(sweeps, &runtime_uids).await;
         Ok(())
+    }
+
+    /// The UIDs whose node state must not be touched: desired, with an unfinished worker, or
+    /// in `runtime`. `None` until every source has synced (the desired set is incomplete).
+    fn protected(&self, runtime: &HashSet<PodUid>) -> Option<HashSet<PodUid>> {
+        let reg = self.registry();
+        reg.synced_at?;
+        let mut out: HashSet<PodUid> = runtime.clone();
+        out.extend(reg.desired.keys().cloned());
+        out.extend(
+            reg.workers
+                .iter()
+                .filter(|(_, w)| w.phase() != PodPhase::Finished)
+                .map(|(u, _)| u.clone()),
+        );
+        Some(out)
+    }
+
+    /// The orphaned pod cgroup and pod directory sweeps (see the module's invariants).
+    async fn sweep_leftovers(&self, sweeps: &mut Sweeps, runtime: &HashSet<PodUid>) {
+        let Some(protected) = self.protected(runtime) else {
+            return;
+        };
+        let cgroups = &self.inner.cgroups;
+        let naming = cgroups.naming();
+        // with the systemd driver `-` and `_` in a UID name the same slice: compare cgroups
+        let key = |u: &PodUid| naming.pod_cgroup(u, crate::pod::QosClass::Guaranteed);
+        let protected_keys: HashSet<PathBuf> = protected.iter().map(key).collect();
+        let mut cgroup_uids = match cgroups.pod_uids() {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(err = %e, "listing pod cgroups failed");
+                Vec::new()
+            }
+        };
+        match cgroups.pod_slice_uids().await {
+            Ok(u) => cgroup_uids.extend(u),
+            Err(e) => tracing::debug!(err = %e, "listing pod slice units failed"),
+        }
+        cgroup_uids.sort();
+        cgroup_uids.dedup();
+        cgroup_uids.retain(|u| !protected_keys.contains(&key(u)));
+        let root_dir = &self.inner.config.root_dir;
+        let mut dir_uids = volumes::pod_dir_uids(root_dir).unwrap_or_else(|e| {
+            tracing::debug!(err = %e, "listing pod directories failed");
+            Vec::new()
+        });
+        dir_uids.retain(|u| !protected.contains(u));
+        let now = Instant::now();
+        let cg_ready = Sweeps::confirm(&mut sweeps.cgroup_suspects, cgroup_uids, now);
+        let dir_ready = Sweeps::confirm(&mut sweeps.dir_suspects, dir_uids, now);
+        let live: HashSet<PodUid> = sweeps
+            .cgroup_suspects
+            .keys()
+            .chain(sweeps.dir_suspects.keys())
+            .cloned()
+            .collect();
+        sweeps.reported.retain(|(u, _), _| live.contains(u));
+        if cg_ready.is_empty() && dir_ready.is_empty() {
+            return;
+        }
+        // judged again against a fresh runtime list: a pod created since the last pass has
+        // its sandbox listed by now
+        let rt = &self.inner.runtime;
+        let fresh = match (
+            rt.list_sandboxes(None).await,
+            rt.list_containers(None).await,
+        ) {
+            (Ok(sbs), Ok(cs)) => pod::group_runtime(&sbs, &cs)
+                .pods
+                .keys()
+                .cloned()
+                .collect::<HashSet<PodUid>>(),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::debug!(err = %e, "runtime list for the orphan sweeps failed");
+                return;
+            }
+        };
+        let Some(protected) = self.protected(&fresh) else {
+            return;
+        };
+        let protected_keys: HashSet<PathBuf> = protected.iter().map(key).collect();
+        for uid in cg_ready {
+            if protected_keys.contains(&key(&uid)) {
+                sweeps.cgroup_suspects.remove(&uid);
+                continue;
+            }
+            self.remove_orphan_cgroup(sweeps, &uid).await;
+        }
+        if dir_ready.is_empty() {
+            return;
+        }
+        let mounts = match volumes::read_mountinfo(&self.inner.config.mountinfo) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(err = %e, "mountinfo unreadable; pod directories left alone");
+                return;
+            }
+        };
+        for uid in dir_ready {
+            if protected.contains(&uid) {
+                sweeps.dir_suspects.remove(&uid);
+                continue;
+            }
+            let dir = volumes::pod_dir(root_dir, &uid);
+            match volumes::remove_orphan_pod_dir(root_dir, &uid, &mounts) {
+                Ok(OrphanDir::Removed) => {
+                    sweeps.dir_suspects.remove(&uid);
+                    tracing::info!(podUID = %uid, dir = %dir.display(), "orphaned pod directory removed");
+                }
+                Ok(OrphanDir::Mounted(below)) => {
+                    let what = format!("{below:?}");
+                    if sweeps.news(&uid, "dir", what) {
+                        tracing::warn!(podUID = %uid, dir = %dir.display(), mounted = ?below,
+                            "orphaned pod directory has mounts below it; left alone");
+                    }
+                }
+                Ok(OrphanDir::NotADirectory) => {
+                    if sweeps.news(&uid, "dir", "not a directory".into()) {
+                        tracing::warn!(podUID = %uid, dir = %dir.display(),
+                            "orphaned pod directory is not a plain directory; left alone");
+                    }
+                }
+                Err(e) => {
+                    if sweeps.news(&uid, "dir", e.to_string()) {
+                        tracing::warn!(podUID = %uid, dir = %dir.display(), err = %e,
+                            "removing an orphaned pod directory failed; retrying every pass");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills and removes the pod cgroups of a confirmed orphan, unless a volume of the pod is
+    /// still mounted (kubelet: "Orphaned pod found, but volumes not yet removed").
+    async fn remove_orphan_cgroup(&self, sweeps: &mut Sweeps, uid: &PodUid) {
+        let cfg = &self.inner.config;
+        let mounted = volumes::still_mounted(&cfg.root_dir, uid, &cfg.mountinfo);
+        if !mounted.is_empty() {
+            if sweeps.news(uid, "cgroup", format!("{mounted:?}")) {
+                tracing::info!(podUID = %uid, volumes = ?mounted,
+                    "orphaned pod cgroup kept while the pod's volumes are mounted");
+            }
+            return;
+        }
+        match self.inner.cgroups.destroy(uid).await {
+            Ok(r) => {
+                sweeps.cgroup_suspects.remove(uid);
+                tracing::info!(podUID = %uid, removedDirs = r.removed_dirs,
+                    killedPids = r.killed_pids, stoppedUnits = r.stopped_units,
+                    "orphaned pod cgroup removed");
+            }
+            Err(e) => {
+                if sweeps.news(uid, "cgroup", e.to_string()) {
+                    tracing::warn!(podUID = %uid, err = %e,
+                        "removing an orphaned pod cgroup failed; retrying every pass");
+                }
+            }
+        }
     }
 
     /// Decides, under the registry lock, what the runtime's pods call for.
