@@ -11,6 +11,11 @@
 //!   grace 0, then `DELETED`: the worker reports the pod stopped after the object went, and the
 //!   kubelet sends nothing then either); the last [`GONE_REMEMBERED`] gone UIDs are remembered;
 //! * a phase already terminal in the API is never changed;
+//! * a `DisruptionTarget` condition the pod already has (the Eviction API's, say) is never
+//!   overwritten: a patch that would carry reaplet's own is built from a fresh GET of the
+//!   object (left out if the object has one) and carries that read's resourceVersion, so a
+//!   condition added in between makes it a 409 and a new read, not an overwrite; other patches
+//!   need no read (`status.rs` has the rules);
 //! * DELETE (`gracePeriodSeconds: 0`, `preconditions.uid`) only when the object has a
 //!   deletionTimestamp, is not a static/mirror pod, its stored phase is terminal and the
 //!   node-side cleanup (volumes, cgroup) finished; 404 and 409 mean someone else did it;
@@ -118,6 +123,13 @@ struct Inner {
 #[derive(Clone)]
 pub struct StatusManager {
     inner: Arc<Inner>,
+}
+
+/// A status patch to send (and whether it carries a resourceVersion precondition), or what
+/// the sync ends with instead.
+enum Body {
+    Send(serde_json::Value, bool),
+    Stop(Outcome),
 }
 
 /// What one sync did, for tests and metrics.
@@ -239,6 +251,66 @@ impl StatusManager {
         self.sync_entry(uid, entry).instrument(span).await
     }
 
+    /// The status patch for `st`. A patch that would carry reaplet's own `DisruptionTarget`
+    /// is built from a fresh read of the object: the condition is left out when the object
+    /// already has one (the Eviction API's, say), and the patch carries the read's
+    /// resourceVersion, so that a condition added meanwhile makes it a 409, not an overwrite.
+    /// Every other patch is sent blind (no read: the common path stays one request).
+    async fn patch_body(
+        &self,
+        api: &kube::Api<Pod>,
+        uid: &PodUid,
+        name: &str,
+        st: &TerminalStatus,
+    ) -> Body {
+        let now = status::now_rfc3339();
+        if st.disruption.is_none() {
+            return Body::Send(status::status_patch(uid.as_str(), st, &now), false);
+        }
+        self.inner.limiter.acquire().await;
+        let pod = match api.get(name).await {
+            Ok(pod) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => pod,
+            Ok(_) => {
+                tracing::info!("pod recreated under its name; dropping its status");
+                self.forget(uid);
+                return Body::Stop(Outcome::Done);
+            }
+            Err(err) if status_code(&err) == Some(404) => {
+                tracing::info!(err = %err, "pod gone; dropping its status");
+                self.forget(uid);
+                return Body::Stop(Outcome::Done);
+            }
+            Err(err) => {
+                tracing::warn!(err = %err, "reading the pod before its status failed; will retry");
+                return Body::Stop(Outcome::Retry);
+            }
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Failed" | "Succeeded")) {
+            // never change a phase the API already holds as terminal; the delete may follow
+            if let Some(e) = self.entries().get_mut(uid) {
+                e.pending = None;
+                e.api_terminal = true;
+            }
+            self.inner.notify.notify_one();
+            return Body::Stop(Outcome::Done);
+        }
+        let mut st = st.clone();
+        if status::has_disruption_target(&pod) {
+            tracing::info!("the pod already has a DisruptionTarget condition; keeping it");
+            st.disruption = None;
+        }
+        let mut body = status::status_patch(uid.as_str(), &st, &now);
+        let guarded = match pod.metadata.resource_version {
+            Some(rv) => {
+                body["metadata"]["resourceVersion"] = rv.into();
+                true
+            }
+            None => false,
+        };
+        Body::Send(body, guarded)
+    }
+
     async fn sync_entry(&self, uid: &PodUid, entry: Entry) -> Outcome {
         let api: kube::Api<Pod> =
             kube::Api::namespaced(self.inner.client.clone(), &entry.namespace);
@@ -249,16 +321,34 @@ impl StatusManager {
                     e.pending = None;
                 }
             } else {
-                self.inner.limiter.acquire().await;
-                let body = status::status_patch(uid.as_str(), st, &status::now_rfc3339());
                 let t = Instant::now();
-                let r = api
-                    .patch_status(
-                        &entry.name,
-                        &PatchParams::default(),
-                        &Patch::Strategic(body),
-                    )
-                    .await;
+                let mut conflicts = 0;
+                let r = loop {
+                    let (body, guarded) = match self.patch_body(&api, uid, &entry.name, st).await {
+                        Body::Send(body, guarded) => (body, guarded),
+                        Body::Stop(outcome) => return outcome,
+                    };
+                    self.inner.limiter.acquire().await;
+                    let r = api
+                        .patch_status(
+                            &entry.name,
+                            &PatchParams::default(),
+                            &Patch::Strategic(body),
+                        )
+                        .await;
+                    match r {
+                        // the object changed since it was read: read it again
+                        Err(err) if guarded && status_code(&err) == Some(409) && conflicts < 3 => {
+                            tracing::info!(err = %err, "pod changed since it was read; reading it again");
+                            conflicts += 1;
+                        }
+                        Err(err) if guarded && status_code(&err) == Some(409) => {
+                            tracing::warn!(err = %err, "pod keeps changing; will retry");
+                            return Outcome::Retry;
+                        }
+                        r => break r,
+                    }
+                };
                 if let Some(m) = &self.inner.metrics {
                     m.pod_status_sync_duration
                         .observe(t.elapsed().as_secs_f64());
