@@ -414,3 +414,64 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
     let c0 = condition(&before["status"]["conditions"], "DisruptionTarget");
     assert_eq!(c, c0, "the Eviction API's DisruptionTarget was overwritten");
 }
+
+/// The read before a guarded status is a node's GET: for a pod that is gone (force-deleted
+/// before the watch said so) the real server answers 403, not 404 (facts 3.2, 3.3). That is
+/// "gone", not a permission error to retry for ever: the status is dropped after one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_read_of_a_pod_that_is_gone_drops_its_status() {
+    use reaplet::api::{RateLimiter, status_manager::StatusManager};
+    use reaplet::lifecycle::KillReason;
+    use reaplet::status::ContainerFinal;
+    use reaplet::workers::StatusSink;
+    let api = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gone = PodTemplate::new("gone", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    api.create_pod(gone.api_object());
+    api.delete_pod("default", "gone", Some(0));
+    let kc = api.write_kubeconfig(dir.path(), NODE);
+    let client =
+        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
+    // resyncs every 200 ms, so that retries (after 1 s, 2 s, ...) would show in the window
+    let sm = StatusManager::new(
+        client,
+        std::sync::Arc::new(RateLimiter::new(50.0, 100)),
+        Duration::from_millis(200),
+        None,
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(sm.clone().run(cancel.clone()));
+    let now = now_ns();
+    let finals = [ContainerFinal {
+        name: "app".into(),
+        id: "c0".into(),
+        state: reaplet::cri::ContainerRunState::Exited,
+        exit_code: 137,
+        reason: "Error".into(),
+        started_at: now - 5_000_000_000,
+        finished_at: now,
+        attempt: 0,
+    }];
+    let reason = KillReason::Requested {
+        disruption: Some("TerminationByKubelet".into()),
+        reason: Some("Evicted".into()),
+        message: "The node was low on resource: memory.".into(),
+    };
+    sm.pod_terminated(&gone.pod_info(), Some(&reason), &finals);
+    // the whole window in which backoff retries would come (1 s, then 2 s later)
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cancel.cancel();
+    let reads: Vec<u16> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/pods/gone") && r.method == "GET")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(reads, vec![403], "one read, answered 403");
+    assert!(
+        api.writes().iter().all(|r| !r.path.contains("/pods/gone")),
+        "a write for a pod that is gone: {:#?}",
+        api.writes()
+    );
+    assert_eq!(sm.pending(), 0, "the status of a gone pod is still pending");
+}

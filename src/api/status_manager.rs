@@ -275,8 +275,10 @@ impl StatusManager {
                 self.forget(uid);
                 return Body::Stop(Outcome::Done);
             }
-            Err(err) if status_code(&err) == Some(404) => {
-                tracing::info!(err = %err, "pod gone; dropping its status");
+            // a node's GET of a pod that is gone, or no longer bound to it, is 403 (the Node
+            // authorizer finds no relationship), never 404: either way it is not ours to write
+            Err(err) if matches!(status_code(&err), Some(403 | 404)) => {
+                tracing::info!(err = %err, "pod gone or not bound to this node; dropping its status");
                 self.forget(uid);
                 return Body::Stop(Outcome::Done);
             }
