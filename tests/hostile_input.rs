@@ -244,3 +244,85 @@ proptest! {
         }
     }
 }
+
+/// Graces a hostile object or kill may carry: anything at all, and the edges.
+fn grace_value() -> impl Strategy<Value = Option<i64>> {
+    prop_oneof![
+        Just(None),
+        any::<i64>().prop_map(Some),
+        (-3i64..40).prop_map(Some),
+        Just(Some(i64::MAX)),
+        Just(Some(i64::MIN)),
+        Just(Some(0)),
+    ]
+}
+
+fn lifecycle_input() -> impl Strategy<Value = reaplet::lifecycle::Input> {
+    use reaplet::lifecycle::{CleanupStage, Input, KillReason};
+    let reason = prop_oneof![
+        Just(KillReason::Deleted),
+        Just(KillReason::TerminalPhase),
+        Just(KillReason::Completed),
+        Just(KillReason::ObjectGone),
+        Just(KillReason::ManifestRemoved),
+        Just(KillReason::Orphan),
+    ];
+    prop_oneof![
+        (any::<bool>(), grace_value(), any::<bool>(), grace_value()).prop_map(
+            |(deletion_requested, deletion_grace, terminal_phase, spec_grace)| Input::Update {
+                deletion_requested,
+                deletion_grace,
+                terminal_phase,
+                spec_grace,
+            }
+        ),
+        (grace_value(), reason).prop_map(|(grace_override, reason)| Input::Kill {
+            grace_override,
+            reason
+        }),
+        (0u64..6, any::<bool>()).prop_map(|(generation, ok)| Input::KillDone { generation, ok }),
+        (any::<bool>(), any::<bool>()).prop_map(|(v, ok)| Input::CleanupDone {
+            stage: if v {
+                CleanupStage::Volumes
+            } else {
+                CleanupStage::Cgroup
+            },
+            ok
+        }),
+        Just(Input::RetryDue),
+    ]
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    /// Any sequence of inputs with any graces through `lifecycle::step`, and the kill deadline
+    /// of every state on the way: never a panic; the phase only moves forward; the grace held
+    /// is at least 1 and only ever decreases; a kill's grace is the one held.
+    #[test]
+    fn lifecycle_step_survives_any_input(
+        spec in grace_value(),
+        inputs in prop::collection::vec(lifecycle_input(), 0..24),
+    ) {
+        use reaplet::lifecycle::{Effect, PodMachine, step};
+        let mut m = PodMachine::new(spec);
+        let now = tokio::time::Instant::now();
+        let mut phase = m.lifecycle.phase();
+        let mut held: Option<i64> = None;
+        for input in inputs {
+            for e in step(&mut m, input, now) {
+                if let Effect::StartKill { grace, .. } = e {
+                    prop_assert_eq!(Some(grace), m.grace);
+                }
+            }
+            let _ = m.kill_deadline();
+            prop_assert!(m.lifecycle.phase() >= phase, "{:?} -> {:?}", phase, m.lifecycle.phase());
+            phase = m.lifecycle.phase();
+            if let Some(g) = m.grace {
+                prop_assert!(g >= 1);
+                prop_assert!(held.is_none_or(|h| g <= h), "{held:?} -> {g}");
+                held = Some(g);
+            }
+        }
+    }
+}
