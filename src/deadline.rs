@@ -4,9 +4,9 @@
 //! kill, `reaplet pods` and the ExceededGracePeriod alarm all read the same thing.
 //!
 //! Invariants:
-//! * deadlines live on tokio's monotonic clock (paused in unit tests); a wall-clock time
-//!   (the API's `deletionTimestamp`) is converted once, at the API edge
-//!   ([`Deadline::from_unix`]), and never compared with the wall clock again;
+//! * deadlines live on tokio's monotonic clock (paused in unit tests); the API's wall-clock
+//!   `deletionTimestamp` (another machine's clock) never becomes a deadline: what survives a
+//!   restart of reaplet is its own durable record of each stop ([`crate::records`]);
 //! * combining two deadlines keeps the earlier one ([`Deadline::earliest`]): a deadline is
 //!   never extended;
 //! * arithmetic saturates: an absurd grace (up to `i64::MAX` seconds) becomes a deadline a
@@ -33,8 +33,6 @@ pub fn saturating_add(start: Instant, d: Duration) -> Instant {
 pub enum DeadlineOrigin {
     /// The current kill attempt: its start plus the grace (2 s floor).
     Grace,
-    /// A termination begun before reaplet (re)started: the API server's `deletionTimestamp`.
-    Resumed,
     /// A kill retried after a failed attempt counts down to the first attempt's deadline.
     FirstAttempt,
 }
@@ -43,7 +41,6 @@ impl DeadlineOrigin {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Grace => "grace",
-            Self::Resumed => "resumed",
             Self::FirstAttempt => "first_attempt",
         }
     }
@@ -70,12 +67,6 @@ impl Deadline {
             start.checked_sub(d).unwrap_or(start)
         };
         Self { at, origin }
-    }
-
-    /// A wall-clock time (Unix seconds) as a deadline on the monotonic clock: the API edge's
-    /// one conversion. `now_unix` is the wall clock read at the same moment as `now`.
-    pub fn from_unix(unix_secs: i64, now_unix: i64, now: Instant, origin: DeadlineOrigin) -> Self {
-        Self::after(now, unix_secs.saturating_sub(now_unix), origin)
     }
 
     /// The earlier of two deadlines (a deadline is never extended).
@@ -118,9 +109,9 @@ mod tests {
             "rounded up"
         );
         assert_eq!(d.remaining_secs(now + Duration::from_secs(9)), 0);
-        let r = Deadline::from_unix(1_005, 1_000, now, DeadlineOrigin::Resumed);
+        let r = Deadline::after(now, 5, DeadlineOrigin::FirstAttempt);
         assert_eq!(r.at, now + Duration::from_secs(5));
-        let past = Deadline::from_unix(990, 1_000, now, DeadlineOrigin::Resumed);
+        let past = Deadline::after(now, -10, DeadlineOrigin::FirstAttempt);
         assert_eq!(past.remaining_secs(now), 0);
         assert_eq!(Deadline::earliest(Some(d), Some(r)), Some(d));
         assert_eq!(Deadline::earliest(None, Some(r)), Some(r));

@@ -9,11 +9,13 @@
 //! * per container: preStop (bounded by the grace), whole seconds deducted, 2 s floor, then
 //!   `StopContainer(id, grace)`; NotFound counts as stopped; a failed hook is reported and the
 //!   stop goes on;
-//! * a termination resumed after a restart of reaplet counts down to the pod's own deadline
-//!   (`PodInfo::kill_deadline`) with no new floor: past it, the stop is an immediate SIGKILL
-//!   and no hook runs, so restarts never push a kill past the deadline;
-//! * a preStop hook runs at most once per container, even when a shorter grace restarts the
-//!   kill ([`KillMemory`]);
+//! * a container never signalled gets a fresh termination (preStop, SIGTERM, the grace with
+//!   its 2 s floor, counted from now); one already sent StopContainer, in this life of reaplet
+//!   or an earlier one, continues to that stop's recorded deadline with no hook and no new
+//!   floor ([`KillMemory`], durable in [`RecordFile`]): restarts never extend a kill and never
+//!   skip SIGTERM;
+//! * a preStop hook runs at most once per container, even across restarts of reaplet or a
+//!   shorter grace restarting the kill;
 //! * sandboxes are stopped only after every container stop succeeded (the kubelet stops them
 //!   regardless, and a sandbox stop SIGKILLs what still runs: reaplet never cuts a grace
 //!   short that way); then the runtime is re-read and anything still running is an error.
@@ -23,9 +25,9 @@ use crate::events::{EventReason, EventSink, PodEvent};
 use crate::grace;
 use crate::hooks;
 use crate::pod::{ContainerSpec, PodInfo};
+use crate::records::{RecordFile, TerminationRecord};
 use crate::status::ContainerFinal;
 use futures_util::future::join_all;
-use std::collections::HashSet;
 use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -54,20 +56,68 @@ pub enum KillError {
     StillRunning { uid: String, ids: Vec<String> },
 }
 
-/// What outlives one kill attempt of a pod: which containers already had their preStop hook.
+/// What outlives one kill attempt of a pod: which containers already had their preStop hook
+/// and by when each stop already sent SIGKILLs, in memory and, for a pod worker, in the pod's
+/// durable [`RecordFile`] (so a restart of reaplet continues, never restarts).
 #[derive(Debug, Default)]
 pub struct KillMemory {
-    prestop_started: Mutex<HashSet<String>>,
+    record: Mutex<TerminationRecord>,
+    file: Option<RecordFile>,
 }
 
 impl KillMemory {
-    /// Marks the hook of `container_id` as started; false if it already was.
+    /// Memory backed by `file`, starting from what it already records.
+    pub fn durable(file: RecordFile) -> Self {
+        Self {
+            record: Mutex::new(file.load()),
+            file: Some(file),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TerminationRecord> {
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Persists the record; a failure is logged and the kill goes on (the record can only
+    /// ever grant more time if lost).
+    fn persist(&self, r: &TerminationRecord) {
+        if let Some(f) = &self.file
+            && let Err(e) = f.save(r)
+        {
+            tracing::warn!(err = %e, "termination record not written");
+        }
+    }
+
+    /// Marks the hook of `container_id` as started (durably, before it runs); false if it
+    /// already was, in this life of reaplet or an earlier one.
     fn claim_prestop(&self, container_id: &str) -> bool {
-        let mut set = self
-            .prestop_started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        set.insert(container_id.to_owned())
+        let mut r = self.lock();
+        let fresh = r.prestop.insert(container_id.to_owned());
+        if fresh {
+            self.persist(&r);
+        }
+        fresh
+    }
+
+    /// By when (Unix ms) the stop of `container_id` SIGKILLs at the latest: the earlier of a
+    /// recorded one and `proposed`, recorded before the stop is sent.
+    fn stop_deadline(&self, container_id: &str, proposed: i64) -> (i64, bool) {
+        let mut r = self.lock();
+        match r.stops.get(container_id).copied() {
+            Some(d) if d <= proposed => (d, true),
+            _ => {
+                r.stops.insert(container_id.to_owned(), proposed);
+                self.persist(&r);
+                (proposed, false)
+            }
+        }
+    }
+
+    /// The pod is finished: its record goes.
+    pub fn forget(&self) {
+        if let Some(f) = &self.file {
+            f.remove();
+        }
     }
 }
 
@@ -229,11 +279,13 @@ async fn kill_container<R: Runtime>(
             message,
         })
     };
-    // a resumed termination counts down to the pod's deadline, whatever happened before
+    // a retried kill counts down to its first attempt's deadline, whatever happened since
     let cap = pod.kill_deadline.map(|d| d.remaining_secs(Instant::now()));
     let mut g = cap.map_or(pod_grace, |cap| pod_grace.min(cap));
+    let resumed = memory.lock().stops.contains_key(&c.id);
     if let Some(handler) = &spec.pre_stop
         && g > 0
+        && !resumed
         && memory.claim_prestop(&c.id)
     {
         event(
@@ -272,11 +324,25 @@ async fn kill_container<R: Runtime>(
         let _ = tokio::time::timeout(grace::as_duration(g), wait_all).await;
         g = grace::deduct(g, start.elapsed());
     }
-    // past a resumed pod's deadline the stop is an immediate SIGKILL; the floor was granted
+    // past a retried kill's deadline the stop is an immediate SIGKILL; the floor was granted
     // when the termination began
     let timeout = match cap {
         Some(_) => g.max(0),
         None => grace::container_stop_timeout(g),
+    };
+    // a stop already sent (before a restart of reaplet, or by a failed attempt) is continued
+    // to its recorded deadline, never restarted: wait out the part of a second, then stop with
+    // the whole seconds left, so the SIGKILL lands on the deadline
+    let now_ms = crate::wall_ns() / 1_000_000;
+    let proposed = now_ms.saturating_add(timeout.saturating_mul(1000));
+    let (deadline_ms, continued) = memory.stop_deadline(&c.id, proposed);
+    let timeout = if continued {
+        let left = deadline_ms.saturating_sub(now_ms).max(0);
+        tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
+        tracing::info!(gracePeriod = left / 1000, "continuing a stop already sent");
+        left / 1000
+    } else {
+        timeout
     };
     tracing::info!(gracePeriod = timeout, "stopping container");
     match runtime.stop_container(&c.id, timeout).await {
@@ -341,13 +407,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_resumed_kill_counts_down_to_the_pod_deadline_without_a_new_floor() {
-        use crate::deadline::{Deadline, DeadlineOrigin::Resumed};
+        use crate::deadline::{Deadline, DeadlineOrigin::FirstAttempt};
         let now = Instant::now();
         // deadline passed (a reaplet restarted after it): immediate SIGKILL, no hook
         let rt = FakeRuntime::default();
         rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
         let mut p = pod("p", &[("app", sleep_hook(4))], &[]);
-        p.kill_deadline = Some(Deadline::after(now, -3, Resumed));
+        p.kill_deadline = Some(Deadline::after(now, -3, FirstAttempt));
         run(&rt, &p, 1).await.unwrap();
         assert_eq!(rt.stops_of("p-app")[0].0, 0, "past the deadline: timeout 0");
         assert!(
@@ -360,7 +426,7 @@ mod tests {
         let rt = FakeRuntime::default();
         rt.add_pod("q", &[("app", Behaviour::IgnoreTerm)]);
         let mut q = pod("q", &[("app", None)], &[]);
-        q.kill_deadline = Some(Deadline::after(now, 1, Resumed));
+        q.kill_deadline = Some(Deadline::after(now, 1, FirstAttempt));
         run(&rt, &q, 30).await.unwrap();
         let t = rt.stops_of("q-app")[0].0;
         assert!((1..=2).contains(&t), "capped at the deadline, got {t}");

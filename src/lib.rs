@@ -11,6 +11,7 @@
 //!   [`killPodWithSyncResult`, `lifecycle/handlers.go`];
 //! * [`volumes`]: waiting for unmounts [`podVolumesExist`];
 //! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
+//! * [`records`]: durable termination records (what was already done to a pod's containers);
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
@@ -37,6 +38,7 @@ pub mod kill;
 pub mod lifecycle;
 pub mod metrics;
 pub mod pod;
+pub mod records;
 pub mod sd_notify;
 pub mod server;
 pub mod status;

@@ -388,10 +388,52 @@ fn spawn_h(h: &ApiHarness, extra: &[&str], log: &Path) -> Child {
     spawn_reaplet(&h.tb, &h.root.path().join("kubelet"), extra, log)
 }
 
+/// A container that notes SIGTERM in its log and then ignores it (SIGKILLed at its deadline).
+const NOTES_TERM: &str = "trap 'echo got-term' TERM; while true; do sleep 0.2; done";
+
+/// A preStop hook that writes `word` to the container's log.
+fn hook_writing(word: &str) -> serde_json::Value {
+    serde_json::json!({"exec": {"command": ["/bin/sh", "-c", format!("echo {word} > /proc/1/fd/1")]}})
+}
+
+/// The container's log (the CRI log file the test bed's runtime writes).
+fn container_log(h: &ApiHarness, t: &PodTemplate, container: &str) -> String {
+    std::fs::read_to_string(
+        h.tb.dir
+            .join("logs")
+            .join(&t.uid)
+            .join(container)
+            .join("0.log"),
+    )
+    .unwrap_or_default()
+}
+
+/// Reads the container's status as soon as it has exited (within `LIMIT`).
+async fn wait_exited(h: &ApiHarness, id: &str, log: &Path) -> reaplet::cri::ContainerDetail {
+    let client = h.tb.client();
+    let start = Instant::now();
+    loop {
+        let st = client.container_status(id).await.unwrap();
+        if !st.state.may_run() {
+            return st;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "container still running\n{}",
+            tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// reaplet SIGKILLed 2 s into a 6 s grace and started again: the kill lands on the original
+/// deadline (the first StopContainer's, from its durable record), within half a second, and
+/// the preStop hook ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let h = ApiHarness::new("api-restart").await;
-    let t = PodTemplate::new("resumed", 6).container(ContainerTemplate::new("app", IGNORES_TERM));
+    let t = PodTemplate::new("resumed", 6)
+        .container(ContainerTemplate::new("app", NOTES_TERM).pre_stop(hook_writing("hook-ran")));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
     let kc = h.api.write_kubeconfig(h.root.path(), NODE);
@@ -409,27 +451,93 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let mut second = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g2 = KillOnDrop(second.id());
     h.wait_watching(seen).await;
-    h.wait_gone("resumed").await;
-    let st =
-        h.tb.client()
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
+    let st = wait_exited(&h, p.container_id("app"), &log).await;
     let took = secs(st.finished_at - t0);
     assert_eq!(st.exit_code, 137);
     assert!(
-        took >= 5.0,
-        "killed after {took:.3}s, before its grace of 6 s"
-    );
-    assert!(
-        took <= 8.5,
-        "killed after {took:.3}s: beyond the original deadline (6 s) + the 2 s floor\n{}",
+        (6.0..6.5).contains(&took),
+        "killed after {took:.3}s: not on the original deadline (6 s after the first SIGTERM)\n{}",
         tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
     );
+    let out = container_log(&h, &t, "app");
+    assert_eq!(
+        out.matches("hook-ran").count(),
+        1,
+        "the hook ran more than once: {out}"
+    );
+    assert!(out.contains("got-term"), "no SIGTERM: {out}");
+    h.wait_gone("resumed").await;
     let w = pod_writes(&h.api, "resumed");
     assert_eq!(w.last().map(|r| r.method.as_str()), Some("DELETE"));
     second.kill().unwrap();
     second.wait().unwrap();
+}
+
+/// A pod deleted while reaplet was stopped, for longer than its grace: nothing was signalled,
+/// so it gets a whole termination when reaplet starts (its preStop hook, SIGTERM, and the grace
+/// with the 2 s floor from then), never an immediate SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_while_reaplet_was_down_still_gets_its_prestop_and_sigterm() {
+    let h = ApiHarness::new("api-down").await;
+    let t = PodTemplate::new("missed", 3)
+        .container(ContainerTemplate::new("app", NOTES_TERM).pre_stop(hook_writing("hook-ran")));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let log = h.root.path().join("reaplet.log");
+    let kc_s = kc.display().to_string();
+    h.api.delete_pod("default", "missed", None);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = now_ns();
+    let mut agent = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
+    let _g = KillOnDrop(agent.id());
+    let st = wait_exited(&h, p.container_id("app"), &log).await;
+    assert_eq!(st.exit_code, 137);
+    let took = secs(st.finished_at - started);
+    assert!(
+        took >= 2.0,
+        "SIGKILLed {took:.3}s after start: sooner than the 2 s floor"
+    );
+    let out = container_log(&h, &t, "app");
+    assert!(out.contains("hook-ran"), "no preStop hook: {out}");
+    assert!(out.contains("got-term"), "no SIGTERM: {out}");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
+
+/// The API's deletionTimestamp is another machine's clock: with this node's clock 60 s ahead
+/// of it, the deadline it implies has long passed, yet the pod gets its whole grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_timestamp_60s_behind_this_clock_still_gets_the_whole_grace() {
+    let h = ApiHarness::new("api-skew").await;
+    let t = PodTemplate::new("skewed", 4).container(ContainerTemplate::new("app", NOTES_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    // deleted by an API server whose clock is 60 s behind this node's
+    let dt = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    h.api.rewrite_pod("default", "skewed", |p| {
+        p["metadata"]["deletionTimestamp"] = dt.strftime("%Y-%m-%dT%H:%M:%SZ").to_string().into();
+        p["metadata"]["deletionGracePeriodSeconds"] = 4.into();
+    });
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let log = h.root.path().join("reaplet.log");
+    let kc_s = kc.display().to_string();
+    let started = now_ns();
+    let mut agent = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
+    let _g = KillOnDrop(agent.id());
+    let st = wait_exited(&h, p.container_id("app"), &log).await;
+    assert_eq!(st.exit_code, 137);
+    let took = secs(st.finished_at - started);
+    assert!(
+        took >= 4.0,
+        "SIGKILLed {took:.3}s after start: the 4 s grace was cut"
+    );
+    assert!(
+        container_log(&h, &t, "app").contains("got-term"),
+        "no SIGTERM"
+    );
+    agent.kill().unwrap();
+    agent.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

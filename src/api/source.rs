@@ -5,6 +5,9 @@
 //! * a complete list (the initial one, or a re-list after 410 Gone) replaces the known set:
 //!   pods missing from it are gone (force-deleted, or deleted while reaplet was down) and are
 //!   stopped as orphans, with grace 1;
+//! * a pod found terminating at start is handed over as it is: the kill's records decide
+//!   whether its containers get a fresh termination or continue to a recorded deadline
+//!   (never the wall-clock `deletionTimestamp`, which another clock wrote);
 //! * orphans are judged only after the first complete list ([`PodWorkers::mark_source_synced`]);
 //! * a pod of another node, or one that does not convert, is logged and skipped;
 //! * a mirror pod (`kubernetes.io/config.mirror`) is the kubelet's: never fed to the workers,
@@ -12,11 +15,9 @@
 
 use super::status_manager::StatusManager;
 use crate::cri::Runtime;
-use crate::deadline::{Deadline, DeadlineOrigin};
 use crate::grace;
-use crate::lifecycle::KillReason;
 use crate::pod::{PodInfo, PodUid};
-use crate::workers::{KillRequest, PodWorkers};
+use crate::workers::PodWorkers;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -67,23 +68,6 @@ fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
             None
         }
     }
-}
-
-fn now_secs() -> i64 {
-    jiff::Timestamp::now().as_second()
-}
-
-/// A pod found already terminating at start-up (reaplet restarted mid-termination): the time
-/// left until the API server's deadline (`deletionTimestamp`), if shorter than the deletion
-/// grace, so that a restart never extends a pod's life beyond its original deadline (plus the
-/// 2 s floor). Only used for the first list: later deletions get their full grace, whatever the
-/// clocks say.
-pub fn resume_grace(pod: &PodInfo, now: i64) -> Option<i64> {
-    // deletionTimestamp has whole seconds: the true deadline is within the next second, and
-    // reaplet never kills before it
-    let deadline = pod.deletion_timestamp?.saturating_add(1);
-    let left = deadline.saturating_sub(now).max(1);
-    (pod.deletion_requested && pod.deletion_grace.is_none_or(|g| left < g)).then_some(left)
 }
 
 /// The watch's retry delays: 250 ms doubling up to 5 s, each drawn from its upper half
@@ -137,18 +121,6 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// The instant (Unix seconds) by which a resumed termination must have killed everything: the
-/// true deadline lies within the second after `deletionTimestamp`, and a pod whose grace was
-/// below the 2 s floor keeps the floor counted from its deletion.
-pub fn resume_deadline(pod: &PodInfo) -> Option<i64> {
-    let ts = pod.deletion_timestamp?;
-    let grace = pod.deletion_grace.unwrap_or(grace::MIN_CONTAINER_GRACE);
-    Some(
-        ts.saturating_add(1)
-            .saturating_add((grace::MIN_CONTAINER_GRACE - grace).max(0)),
-    )
-}
-
 /// Watches this node's pods until cancelled, feeding `workers` and `status`.
 pub async fn run<R: Runtime>(
     client: kube::Client,
@@ -171,7 +143,6 @@ pub async fn run<R: Runtime>(
     let mut stream = std::pin::pin!(stream);
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
-    let mut resumed = false;
     loop {
         let ev = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -190,35 +161,15 @@ pub async fn run<R: Runtime>(
                         s.forget(uid);
                     }
                 }
-                for (mut info, terminal) in batch.drain(..) {
+                for (info, terminal) in batch.drain(..) {
                     if let Some(s) = &status {
                         s.observe(&info, terminal);
                     }
-                    let resume = (!resumed)
-                        .then(|| resume_grace(&info, now_secs()))
-                        .flatten();
-                    // every termination already under way when reaplet starts (whatever its
-                    // grace) counts down to the pod's deadline
-                    // (the wall-clock deadline becomes a monotonic one here, at the API edge)
-                    if !resumed && info.deletion_requested {
-                        info.kill_deadline = resume_deadline(&info).map(|ts| {
-                            Deadline::from_unix(
-                                ts,
-                                now_secs(),
-                                tokio::time::Instant::now(),
-                                DeadlineOrigin::Resumed,
-                            )
-                        });
-                    }
-                    let uid = info.uid.clone();
+                    // a termination already under way when reaplet starts is a fresh one
+                    // for containers never signalled, and continues to the recorded deadline
+                    // for those that were (`records`): never the wall-clock deletionTimestamp
                     workers.upsert(info);
-                    if let Some(g) = resume {
-                        tracing::info!(podUID = %uid, gracePeriod = g, "resuming a termination begun before this start");
-                        let kill = KillRequest::new(KillReason::Deleted).grace(Some(g));
-                        let _ = workers.kill(&uid, kill);
-                    }
                 }
-                resumed = true;
                 known = now;
                 workers.mark_source_synced(SOURCE);
                 tracing::info!(pods = known.len(), "pod list from the API server");
@@ -270,27 +221,5 @@ mod tests {
         );
         kube::runtime::utils::Backoff::reset(&mut b);
         assert!(b.next().unwrap() <= Duration::from_millis(250));
-    }
-    use crate::pod::PodUid;
-
-    #[test]
-    fn resume_never_extends_the_original_deadline() {
-        let mut p = PodInfo::from_runtime(&PodUid::parse("u").unwrap(), &[], &[]);
-        p.deletion_requested = true;
-        p.deletion_grace = Some(30);
-        p.deletion_timestamp = Some(1_000);
-        assert_eq!(resume_grace(&p, 990), Some(11));
-        assert_eq!(
-            resume_grace(&p, 2_000),
-            Some(1),
-            "past the deadline: 1 (then the 2 s floor)"
-        );
-        assert_eq!(
-            resume_grace(&p, 969),
-            None,
-            "the full grace is left: nothing to shorten"
-        );
-        p.deletion_requested = false;
-        assert_eq!(resume_grace(&p, 990), None);
     }
 }

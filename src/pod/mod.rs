@@ -131,11 +131,10 @@ pub struct PodInfo {
     pub deletion_grace: Option<i64>,
     /// `metadata.deletionTimestamp` in Unix seconds (the deadline the API server computed).
     pub deletion_timestamp: Option<i64>,
-    /// When every container must have been killed. Set only when a termination begun before
-    /// this start of reaplet is resumed (converted from `deletionTimestamp` at the API edge),
-    /// or when a kill is retried after a failed attempt: a stop's grace then counts down to
-    /// it, with no new 2 s floor, so restarts (however many) never push a SIGKILL past the
-    /// pod's own deadline. `None`: the ordinary grace rules.
+    /// When every container must have been killed. Set only when a kill is retried after a
+    /// failed attempt: a stop's grace then counts down to the first attempt's deadline, with
+    /// no new 2 s floor. `None`: the ordinary grace rules (and the durable records of stops
+    /// already sent, `crate::records`).
     pub kill_deadline: Option<crate::deadline::Deadline>,
     /// API phase is `Failed` or `Succeeded`.
     pub terminal_phase: bool,

@@ -167,7 +167,7 @@ mod with_fake_runtime {
         resumed.kill_deadline = Some(crate::deadline::Deadline::after(
             Instant::now(),
             -60,
-            crate::deadline::DeadlineOrigin::Resumed,
+            crate::deadline::DeadlineOrigin::FirstAttempt,
         ));
         r.workers.upsert(resumed);
         r.workers.upsert(deleted(&p, 30));

@@ -22,6 +22,7 @@ use crate::kill::{self, KillMemory};
 use crate::lifecycle::{self, CleanupStage, Effect, Input, KillReason, PodMachine, PodPhase};
 use crate::metrics::{Metrics, OpLabel};
 use crate::pod::PodInfo;
+use crate::records::RecordFile;
 use crate::status::ContainerFinal;
 use crate::volumes;
 use futures_util::future::BoxFuture;
@@ -81,13 +82,15 @@ pub(super) async fn worker_loop<R: Runtime>(
     view: Arc<Mutex<PodView>>,
     pod: PodInfo,
 ) {
+    let record = RecordFile::for_pod(&inner.config.root_dir, &pod.uid);
+    let memory = Arc::new(KillMemory::durable(record));
     let mut w = Worker {
         metrics: inner.metrics.get().cloned(),
         m: PodMachine::new(pod.spec_grace),
         inner,
         view,
         pod,
-        memory: Arc::new(KillMemory::default()),
+        memory,
         kill: None,
         cleanup: None,
         retry: None,
@@ -261,6 +264,7 @@ impl<R: Runtime> Worker<R> {
                     }
                 }
                 Effect::Finished => {
+                    self.memory.forget();
                     if let Some(sink) = self.inner.status.get() {
                         sink.pod_finished(&self.pod);
                     }

@@ -154,6 +154,21 @@ impl ApiServer {
         pods::delete(&self.state, &User::Admin, ns, name, &opts, false)
     }
 
+    /// Rewrites a stored pod as another writer (or another clock) would have: `f` edits the
+    /// object, which is stored under a new resourceVersion with a MODIFIED event. For states a
+    /// client cannot produce through the API, such as a deletionTimestamp an API server with
+    /// a skewed clock wrote.
+    pub fn rewrite_pod(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) {
+        let st = &self.state;
+        let mut s = st.lock();
+        let Some(before) = s.pods.get(&(ns.into(), name.into())).cloned() else {
+            return;
+        };
+        let mut p = before.clone();
+        f(&mut p);
+        s.commit(&st.events_tx, Kind::Pod, Some(&before), p);
+    }
+
     /// Sets a pod's phase as another writer would.
     pub fn set_phase(&self, ns: &str, name: &str, phase: &str) {
         let st = &self.state;
