@@ -855,3 +855,35 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// Only a failed precondition (409 naming the Kind, as the server answers a UID precondition
+/// that no longer holds) means the pod was recreated; any other 409 is a conflict to retry. A
+/// DELETE answered with a plain 409 once is sent again, and the object goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_that_is_not_a_failed_precondition_is_retried() {
+    use common::apiserver::faults::{FaultRule, Match};
+    let mut h = ApiHarness::new("api-conflict").await;
+    let t = PodTemplate::new("contested", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    h.start_agent().await;
+    h.api.inject(
+        FaultRule::answer(409)
+            .matching(
+                Match::any()
+                    .verb("delete")
+                    .resource("pods")
+                    .name("contested"),
+            )
+            .times(1),
+    );
+    h.api.delete_pod("default", "contested", None);
+    h.wait_gone("contested").await;
+    let deletes: Vec<u16> = pod_writes(&h.api, "contested")
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(deletes, vec![409, 200], "{deletes:?}");
+    h.stop().await;
+}

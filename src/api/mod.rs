@@ -76,6 +76,16 @@ pub fn uid_mismatch(e: &kube::Error) -> bool {
     }
 }
 
+/// A delete precondition that no longer holds: 409 whose details name the Kind (`Pod`), as
+/// the server answers a UID precondition for an object deleted and recreated under the same
+/// name. Any other 409 (the object changed under a write) is a conflict to retry.
+pub fn precondition_failed(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 409 && s.details.as_ref().is_some_and(|d| d.kind == "Pod"),
+        _ => false,
+    }
+}
+
 /// A token bucket: `qps` tokens a second, at most `burst` banked.
 #[derive(Debug)]
 pub struct RateLimiter {

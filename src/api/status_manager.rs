@@ -4,9 +4,9 @@
 //! Invariants (reference §5):
 //! * the terminal status is sent at once when a pod's containers have stopped, as a
 //!   strategic-merge patch on `pods/<name>/status` carrying `metadata.uid`; failures are retried
-//!   by a periodic resync with backoff; 404, 409 and a 422 on `metadata.uid` (gone, or recreated
-//!   under the same name: the real server's answer to a status with another pod's UID) drop the
-//!   pod: a recreated pod is never patched or deleted;
+//!   by a periodic resync with backoff; 404, a failed precondition (409 naming the Kind) and a
+//!   422 on `metadata.uid` (gone, or recreated under the same name: the real server's answer to
+//!   a status with another pod's UID) drop the pod; any other 409 is retried: a recreated pod is never patched or deleted;
 //! * nothing is ever sent for a pod whose object is gone (a force delete is `MODIFIED` with
 //!   grace 0, then `DELETED`: the worker reports the pod stopped after the object went, and the
 //!   kubelet sends nothing then either); the last [`GONE_REMEMBERED`] gone UIDs are remembered;
@@ -22,7 +22,7 @@
 //! * no lock is held across an API call; up to 32 pods are synced at once, one pod's requests
 //!   stay in order (status, then delete).
 
-use super::{RateLimiter, status_code, uid_mismatch};
+use super::{RateLimiter, precondition_failed, status_code, uid_mismatch};
 use crate::lifecycle::{KillReason, backoff};
 use crate::pod::{PodInfo, PodUid};
 use crate::status::{self, ContainerFinal, TerminalStatus};
@@ -372,7 +372,9 @@ impl StatusManager {
                         }
                     }
                     Err(err)
-                        if matches!(status_code(&err), Some(404 | 409)) || uid_mismatch(&err) =>
+                        if status_code(&err) == Some(404)
+                            || precondition_failed(&err)
+                            || uid_mismatch(&err) =>
                     {
                         tracing::info!(err = %err, "pod gone or recreated; dropping its status");
                         self.forget(uid);
@@ -408,7 +410,7 @@ impl StatusManager {
         }
         match r {
             Ok(_) => tracing::info!("pod object deleted"),
-            Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
+            Err(err) if status_code(&err) == Some(404) || precondition_failed(&err) => {
                 tracing::info!(err = %err, "pod object already gone or replaced")
             }
             Err(err) => {
