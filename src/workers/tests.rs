@@ -335,4 +335,85 @@ mod with_fake_runtime {
         );
         assert_eq!(r.rt.exit_code("p7-app"), Some(137));
     }
+
+    /// One step a hostile source may take against a running pod.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Deleted(i64),
+        Kill(Option<i64>, KillReason),
+        Removed(Option<i64>),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let grace = prop_oneof![
+            any::<i64>(),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            Just(0i64),
+            -3i64..40
+        ];
+        let reason = prop_oneof![
+            Just(KillReason::Orphan),
+            Just(KillReason::Completed),
+            Just(KillReason::ObjectGone),
+        ];
+        prop_oneof![
+            grace.clone().prop_map(Op::Deleted),
+            (proptest::option::of(grace.clone()), reason).prop_map(|(g, r)| Op::Kill(g, r)),
+            proptest::option::of(grace).prop_map(Op::Removed),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Any sequence of hostile graces and reasons through the seam, against the worker
+        /// itself: it never dies (a final 1 s kill always ends the pod, SIGKILLed), and what
+        /// it shows keeps the invariants (grace >= 1, never growing).
+        #[test]
+        fn the_worker_survives_any_sequence_of_graces(ops in proptest::collection::vec(op(), 1..6)) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let result: Result<(), String> = rt.block_on(async {
+                let r = rig();
+                r.rt.add_pod("px", &[("app", Behaviour::IgnoreTerm)]);
+                let p = api_pod("px", 30);
+                desire(&r.workers, std::slice::from_ref(&p));
+                let mut held: Option<i64> = None;
+                for op in ops {
+                    match op {
+                        Op::Deleted(g) => r.workers.upsert(deleted(&p, g)),
+                        Op::Kill(g, reason) => {
+                            let _ = r.workers.kill(&p.uid, KillRequest::new(reason).grace(g));
+                        }
+                        Op::Removed(g) => r.workers.remove(&p.uid, g),
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if let Some(g) = r.workers.view(&p.uid).and_then(|v| v.grace) {
+                        if g < 1 || held.is_some_and(|h| g > h) {
+                            return Err(format!("grace {held:?} -> {g}"));
+                        }
+                        held = Some(g);
+                    }
+                }
+                let _ = r
+                    .workers
+                    .kill(&p.uid, KillRequest::new(KillReason::Orphan).grace(Some(1)));
+                let done = tokio::time::timeout(
+                    Duration::from_secs(120),
+                    until(&r.workers, "px", PodPhase::Finished),
+                )
+                .await;
+                if done.is_err() {
+                    return Err(format!("the worker never finished: {:?}", r.workers.view(&p.uid)));
+                }
+                Ok(())
+            });
+            proptest::prop_assert!(result.is_ok(), "{:?}", result);
+        }
+    }
 }
