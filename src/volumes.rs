@@ -224,11 +224,15 @@ pub enum OrphanDir {
     Mounted(Vec<PathBuf>),
     /// Not a plain directory (a symlink, a file): left alone, never followed.
     NotADirectory,
+    /// Something other than empty directories is under `volumes/`, or `volume-subpaths/`
+    /// exists (path relative to the pod dir): a volume's data may be there, so it is left
+    /// alone, as the kubelet leaves it ("could lead to data loss").
+    VolumeData(PathBuf),
 }
 
 /// Removes an orphaned pod directory `<root_dir>/pods/<uid>` (kubelet's
-/// `cleanupOrphanedPodDirs` with `RemoveAllOneFilesystem`), unless anything below it is a
-/// mount point: per `mounts` (mountinfo), or a directory on another device found while
+/// `cleanupOrphanedPodDirs` with `RemoveAllOneFilesystem`), unless `volume-subpaths/` exists,
+/// anything but empty directories is below `volumes/`, or anything below it is a mount point: per `mounts` (mountinfo), or a directory on another device found while
 /// scanning. The whole tree is scanned before anything is removed; symlinks are never
 /// followed (a symlink is unlinked, its target untouched); a pod dir that is itself a symlink
 /// is left alone. ENOENT means done, so this is idempotent.
@@ -251,6 +255,10 @@ pub fn remove_orphan_pod_dir(
     if !below.is_empty() {
         return Ok(OrphanDir::Mounted(below));
     }
+    if std::fs::symlink_metadata(dir.join("volume-subpaths")).is_ok() {
+        return Ok(OrphanDir::VolumeData("volume-subpaths".into()));
+    }
+    let volumes = dir.join("volumes");
     // scan first (children before parents), refusing any other filesystem
     let dev = meta.dev();
     let mut order: Vec<(PathBuf, bool)> = Vec::new();
@@ -274,12 +282,17 @@ pub fn remove_orphan_pod_dir(
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(err) => return Err(err),
             };
+            let rel = || e.path().strip_prefix(&dir).unwrap_or(&e.path()).to_owned();
             if m.file_type().is_dir() {
                 if m.dev() != dev {
-                    let rel = e.path().strip_prefix(&dir).unwrap_or(&e.path()).to_owned();
-                    return Ok(OrphanDir::Mounted(vec![rel]));
+                    return Ok(OrphanDir::Mounted(vec![rel()]));
                 }
                 stack.push((e.path(), false));
+            } else if e.path().starts_with(&volumes) {
+                // only empty directories are removed below volumes/: anything else may be a
+                // volume's data (a mount this scan did not see, a bind mount on the same
+                // filesystem), and is never deleted
+                return Ok(OrphanDir::VolumeData(rel()));
             } else {
                 order.push((e.path(), false));
             }
@@ -424,7 +437,8 @@ garbage line
         let link = PodUid::parse("link").unwrap();
         let dir = pod_dir(root.path(), &plain);
         std::fs::create_dir_all(dir.join("volumes/kubernetes.io~empty-dir/a/b")).unwrap();
-        std::fs::write(dir.join("volumes/kubernetes.io~empty-dir/a/b/f"), "x").unwrap();
+        std::fs::create_dir_all(dir.join("containers/app")).unwrap();
+        std::fs::write(dir.join("containers/app/f"), "x").unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.join("out")).unwrap();
         let hdir = pod_dir(root.path(), &held);
         std::fs::create_dir_all(hdir.join("volumes/kubernetes.io~csi/pvc/mount")).unwrap();
@@ -458,5 +472,32 @@ garbage line
             OrphanDir::Removed
         );
         assert!(pods.join("not a uid").exists());
+    }
+
+    #[test]
+    fn volume_data_is_never_deleted() {
+        let root = tempfile::tempdir().unwrap();
+        let uid = PodUid::parse("d1").unwrap();
+        let data = pod_dir(root.path(), &uid).join("volumes/kubernetes.io~local-volume/pv/mount");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("precious"), b"x").unwrap();
+        let r = remove_orphan_pod_dir(root.path(), &uid, &[]).unwrap();
+        assert!(matches!(r, OrphanDir::VolumeData(_)), "{r:?}");
+        assert!(data.join("precious").exists());
+        // volume-subpaths: left alone too
+        let uid2 = PodUid::parse("d2").unwrap();
+        std::fs::create_dir_all(pod_dir(root.path(), &uid2).join("volume-subpaths/x")).unwrap();
+        let r = remove_orphan_pod_dir(root.path(), &uid2, &[]).unwrap();
+        assert_eq!(r, OrphanDir::VolumeData("volume-subpaths".into()));
+        // empty volume directories and other files go
+        let uid3 = PodUid::parse("d3").unwrap();
+        let d3 = pod_dir(root.path(), &uid3);
+        std::fs::create_dir_all(d3.join("volumes/kubernetes.io~empty-dir/cache")).unwrap();
+        std::fs::write(d3.join("etc-hosts"), b"127.0.0.1").unwrap();
+        assert_eq!(
+            remove_orphan_pod_dir(root.path(), &uid3, &[]).unwrap(),
+            OrphanDir::Removed
+        );
+        assert!(!d3.exists());
     }
 }

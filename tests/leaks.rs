@@ -176,13 +176,17 @@ async fn orphaned_pod_dirs_are_removed_unless_something_is_mounted_below() {
     let outside = tempfile::tempdir().unwrap();
     write(&outside.path().join("precious"), "keep me");
 
-    // (a) nothing mounted: removed
+    // (a) nothing mounted, empty volume directories, other files: removed
     let plain = pods.join(new_uid());
-    write(
-        &plain.join("volumes/kubernetes.io~empty-dir/cache/data"),
-        "x",
-    );
+    std::fs::create_dir_all(plain.join("volumes/kubernetes.io~empty-dir/cache")).unwrap();
     write(&plain.join("etc-hosts"), "127.0.0.1 localhost");
+    // (f) a file below volumes/ (a volume's data, maybe a mount this node's view missed):
+    // never removed, as the kubelet never removes it
+    let data = pods.join(new_uid());
+    write(
+        &data.join("volumes/kubernetes.io~local-volume/pv/data"),
+        "precious too",
+    );
     std::fs::create_dir_all(plain.join("plugins/kubernetes.io~empty-dir/cache")).unwrap();
     // (b) a volume still mounted: never removed
     let mounted = pods.join(new_uid());
@@ -198,12 +202,8 @@ async fn orphaned_pod_dirs_are_removed_unless_something_is_mounted_below() {
     write(&mnt.join("inside"), "on the tmpfs");
     // (c) a symlink inside pointing outside the root dir: the target is never touched
     let linked = pods.join(new_uid());
-    std::fs::create_dir_all(linked.join("volumes/kubernetes.io~secret/token")).unwrap();
-    std::os::unix::fs::symlink(
-        outside.path(),
-        linked.join("volumes/kubernetes.io~secret/token/link"),
-    )
-    .unwrap();
+    std::fs::create_dir_all(linked.join("containers/app")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), linked.join("containers/app/link")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("precious"), linked.join("file-link")).unwrap();
     // (d) not a pod UID: left alone
     let stranger = pods.join("lost+found");
@@ -230,6 +230,11 @@ async fn orphaned_pod_dirs_are_removed_unless_something_is_mounted_below() {
         assert!(
             stranger.join("x").exists(),
             "a non-UID directory was touched"
+        );
+        assert!(
+            data.join("volumes/kubernetes.io~local-volume/pv/data")
+                .exists(),
+            "volume data was deleted"
         );
         assert!(
             desired_dir.join("volumes").exists(),

@@ -217,6 +217,10 @@ impl<R: Runtime> PodWorkers<R> {
 
     /// The orphaned pod cgroup and pod directory sweeps (see the module's invariants).
     async fn sweep_leftovers(&self, sweeps: &mut Sweeps, runtime: &HashSet<PodUid>) {
+        // the sweeps kill and delete: held like every kill by the authority (standby)
+        if !self.inner.authority.is_active() {
+            return;
+        }
         let Some(protected) = self.protected(runtime) else {
             return;
         };
@@ -245,6 +249,18 @@ impl<R: Runtime> PodWorkers<R> {
             Vec::new()
         });
         dir_uids.retain(|u| !protected.contains(u));
+        // a pod another agent (the kubelet) is still starting has its directory and cgroup
+        // before its sandbox, possibly for minutes (image pulls, volumes): only leftovers
+        // untouched for `orphan_min_age` are candidates
+        let min_age = self.inner.config.orphan_min_age;
+        cgroup_uids.retain(|u| {
+            let paths: Vec<PathBuf> = cgroups
+                .existing(u)
+                .map(|v| v.into_iter().map(|(_, p)| p).collect())
+                .unwrap_or_default();
+            paths.iter().all(|p| untouched_for(p, min_age))
+        });
+        dir_uids.retain(|u| untouched_for(&volumes::pod_dir(root_dir, u), min_age));
         let now = Instant::now();
         let cg_ready = Sweeps::confirm(&mut sweeps.cgroup_suspects, cgroup_uids, now);
         let dir_ready = Sweeps::confirm(&mut sweeps.dir_suspects, dir_uids, now);
@@ -289,18 +305,22 @@ impl<R: Runtime> PodWorkers<R> {
         if dir_ready.is_empty() {
             return;
         }
-        let mounts = match volumes::read_mountinfo(&self.inner.config.mountinfo) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::debug!(err = %e, "mountinfo unreadable; pod directories left alone");
-                return;
-            }
-        };
         for uid in dir_ready {
             if protected.contains(&uid) {
                 sweeps.dir_suspects.remove(&uid);
                 continue;
             }
+            if !self.inner.authority.is_active() {
+                return;
+            }
+            // mountinfo read afresh for each directory, just before it is judged
+            let mounts = match volumes::read_mountinfo(&self.inner.config.mountinfo) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(err = %e, "mountinfo unreadable; pod directories left alone");
+                    return;
+                }
+            };
             let dir = volumes::pod_dir(root_dir, &uid);
             match volumes::remove_orphan_pod_dir(root_dir, &uid, &mounts) {
                 Ok(OrphanDir::Removed) => {
@@ -312,6 +332,12 @@ impl<R: Runtime> PodWorkers<R> {
                     if sweeps.news(&uid, "dir", what) {
                         tracing::warn!(podUID = %uid, dir = %dir.display(), mounted = ?below,
                             "orphaned pod directory has mounts below it; left alone");
+                    }
+                }
+                Ok(OrphanDir::VolumeData(what)) => {
+                    if sweeps.news(&uid, "dir", format!("{what:?}")) {
+                        tracing::warn!(podUID = %uid, dir = %dir.display(), data = %what.display(),
+                            "orphaned pod directory may hold volume data; left alone");
                     }
                 }
                 Ok(OrphanDir::NotADirectory) => {
@@ -333,6 +359,9 @@ impl<R: Runtime> PodWorkers<R> {
     /// Kills and removes the pod cgroups of a confirmed orphan, unless a volume of the pod is
     /// still mounted (kubelet: "Orphaned pod found, but volumes not yet removed").
     async fn remove_orphan_cgroup(&self, sweeps: &mut Sweeps, uid: &PodUid) {
+        if !self.inner.authority.is_active() {
+            return;
+        }
         let cfg = &self.inner.config;
         let mounted = volumes::still_mounted(&cfg.root_dir, uid, &cfg.mountinfo);
         if !mounted.is_empty() {
@@ -465,6 +494,19 @@ pub(super) fn static_source(sbs: &[&crate::cri::RuntimeSandbox]) -> Option<&'sta
             _ => None,
         }
     })
+}
+
+/// `path` was last modified at least `min` ago (an unreadable one counts as recent: left
+/// alone).
+pub(super) fn untouched_for(path: &std::path::Path, min: std::time::Duration) -> bool {
+    if min.is_zero() {
+        return true;
+    }
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= min)
 }
 
 /// The newest runtime container per regular container name of the spec.

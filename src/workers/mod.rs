@@ -76,6 +76,9 @@ pub struct PipelineConfig {
     /// pod none of its manifests has is then an orphan. Otherwise static pods
     /// (`kubernetes.io/config.source: file|http`) are the kubelet's and never touched.
     pub owns_static_pods: bool,
+    /// A leftover pod cgroup or directory is swept only once untouched this long (a pod the
+    /// kubelet is still starting has both before its sandbox).
+    pub orphan_min_age: Duration,
 }
 
 impl Default for PipelineConfig {
@@ -89,6 +92,7 @@ impl Default for PipelineConfig {
             relist_period_with_events: Duration::from_secs(10),
             exceeded_grace_slack: Duration::from_secs(10),
             owns_static_pods: false,
+            orphan_min_age: Duration::from_secs(120),
         }
     }
 }

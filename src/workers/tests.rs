@@ -40,6 +40,21 @@ fn pod(names: &[&str]) -> PodInfo {
 }
 
 #[test]
+fn leftovers_are_swept_only_once_untouched_long_enough() {
+    use super::housekeeping::untouched_for;
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        !untouched_for(dir.path(), Duration::from_secs(60)),
+        "just made"
+    );
+    assert!(untouched_for(dir.path(), Duration::ZERO));
+    assert!(!untouched_for(
+        &dir.path().join("missing"),
+        Duration::from_secs(1)
+    ));
+}
+
+#[test]
 fn completion_needs_every_regular_container_exited() {
     let p = pod(&["a", "b"]);
     let a = rc("a", 0, ContainerRunState::Exited);

@@ -49,6 +49,8 @@ impl Harness {
         let config = PipelineConfig {
             root_dir: root_dir.path().to_owned(),
             volume_poll: Duration::from_millis(100),
+            // the leak tests make their leftovers on the spot
+            orphan_min_age: Duration::ZERO,
             ..PipelineConfig::default()
         };
         let workers = PodWorkers::new(
