@@ -338,16 +338,13 @@ async fn kill_container<R: Runtime>(
     let (deadline_ms, continued) = memory.stop_deadline(&c.id, proposed);
     let timeout = if continued {
         let left = deadline_ms.saturating_sub(now_ms).max(0);
-        // at least 1 s: the stop may have been recorded and never sent (reaplet died between
-        // the two), and a container is never SIGKILLed without a SIGTERM first
-        let (pause, secs) = if left < 1000 {
-            (0, 1)
-        } else {
-            (left % 1000, left / 1000)
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(pause as u64)).await;
-        tracing::info!(gracePeriod = secs, "continuing a stop already sent");
-        secs
+        // past the deadline this is an immediate SIGKILL: the stop's SIGTERM went out when it
+        // was first sent (a stop recorded but never sent, reaplet dying in between, is the
+        // one case that SIGKILLs without SIGTERM; waiting instead would make every crash
+        // storm push kills past their deadlines)
+        tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
+        tracing::info!(gracePeriod = left / 1000, "continuing a stop already sent");
+        left / 1000
     } else {
         timeout
     };
