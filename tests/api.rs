@@ -673,37 +673,14 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
 /// reaplet did not see it. The old pod's status is dropped at the first answer, never retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_for_a_pod_recreated_under_its_name_is_dropped_at_the_first_uid_conflict() {
-    use reaplet::api::{RateLimiter, status_manager::StatusManager};
-    use reaplet::status::ContainerFinal;
     use reaplet::workers::StatusSink;
     let api = ApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let old = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     let new = PodTemplate::new("same", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     api.create_pod(new.api_object());
-    let kc = api.write_kubeconfig(dir.path(), NODE);
-    let client =
-        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
-    // resyncs every 200 ms, so that a retry (after 1 s, 2 s, ...) would show within the window
-    let sm = StatusManager::new(
-        client,
-        std::sync::Arc::new(RateLimiter::new(50.0, 100)),
-        Duration::from_millis(200),
-        None,
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(sm.clone().run(cancel.clone()));
-    let now = now_ns();
-    let finals = [ContainerFinal {
-        name: "app".into(),
-        id: "c0".into(),
-        state: reaplet::cri::ContainerRunState::Exited,
-        exit_code: 0,
-        reason: "Completed".into(),
-        started_at: now - 5_000_000_000,
-        finished_at: now,
-        attempt: 0,
-    }];
+    let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
+    let finals = exited_app(0, "Completed");
     let mut info = old.pod_info();
     info.deletion_requested = true;
     sm.pod_terminated(

@@ -312,9 +312,7 @@ async fn ready_conditions_say_pod_failed_or_pod_completed_as_the_phase_is() {
 /// never overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_disruption_target_is_written_only_where_no_one_set_one() {
-    use reaplet::api::{RateLimiter, status_manager::StatusManager};
     use reaplet::lifecycle::KillReason;
-    use reaplet::status::ContainerFinal;
     use reaplet::workers::StatusSink;
     let api = ApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -340,28 +338,8 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
         "EvictionByEvictionAPI"
     );
     // reaplet's own decision to end both pods (node-pressure eviction)
-    let kc = api.write_kubeconfig(dir.path(), NODE);
-    let client =
-        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
-    let sm = StatusManager::new(
-        client,
-        std::sync::Arc::new(RateLimiter::new(50.0, 100)),
-        Duration::from_millis(200),
-        None,
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(sm.clone().run(cancel.clone()));
-    let now = now_ns();
-    let finals = [ContainerFinal {
-        name: "app".into(),
-        id: "c0".into(),
-        state: reaplet::cri::ContainerRunState::Exited,
-        exit_code: 137,
-        reason: "Error".into(),
-        started_at: now - 5_000_000_000,
-        finished_at: now,
-        attempt: 0,
-    }];
+    let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
+    let finals = exited_app(137, "Error");
     let message = "The node was low on resource: memory.";
     let reason = KillReason::Requested {
         disruption: Some("TerminationByKubelet".into()),
@@ -420,38 +398,15 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
 /// "gone", not a permission error to retry for ever: the status is dropped after one read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_403_read_of_a_pod_that_is_gone_drops_its_status() {
-    use reaplet::api::{RateLimiter, status_manager::StatusManager};
     use reaplet::lifecycle::KillReason;
-    use reaplet::status::ContainerFinal;
     use reaplet::workers::StatusSink;
     let api = ApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let gone = PodTemplate::new("gone", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     api.create_pod(gone.api_object());
     api.delete_pod("default", "gone", Some(0));
-    let kc = api.write_kubeconfig(dir.path(), NODE);
-    let client =
-        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
-    // resyncs every 200 ms, so that retries (after 1 s, 2 s, ...) would show in the window
-    let sm = StatusManager::new(
-        client,
-        std::sync::Arc::new(RateLimiter::new(50.0, 100)),
-        Duration::from_millis(200),
-        None,
-    );
-    let cancel = CancellationToken::new();
-    tokio::spawn(sm.clone().run(cancel.clone()));
-    let now = now_ns();
-    let finals = [ContainerFinal {
-        name: "app".into(),
-        id: "c0".into(),
-        state: reaplet::cri::ContainerRunState::Exited,
-        exit_code: 137,
-        reason: "Error".into(),
-        started_at: now - 5_000_000_000,
-        finished_at: now,
-        attempt: 0,
-    }];
+    let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
+    let finals = exited_app(137, "Error");
     let reason = KillReason::Requested {
         disruption: Some("TerminationByKubelet".into()),
         reason: Some("Evicted".into()),

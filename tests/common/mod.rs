@@ -299,3 +299,42 @@ pub async fn launch_in_api(
         .await
         .expect("launching a pod")
 }
+
+/// A status manager of its own, as node `node`, against `api`: resyncs every 200 ms (so that
+/// a retry after 1 s, 2 s, ... shows within a test's window), stopped by the returned token.
+pub async fn status_manager(
+    api: &apiserver::ApiServer,
+    dir: &Path,
+    node: &str,
+) -> (
+    reaplet::api::status_manager::StatusManager,
+    CancellationToken,
+) {
+    let kc = api.write_kubeconfig(dir, node);
+    let client = kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap())
+        .expect("a client");
+    let sm = reaplet::api::status_manager::StatusManager::new(
+        client,
+        Arc::new(reaplet::api::RateLimiter::new(50.0, 100)),
+        Duration::from_millis(200),
+        None,
+    );
+    let cancel = CancellationToken::new();
+    tokio::spawn(sm.clone().run(cancel.clone()));
+    (sm, cancel)
+}
+
+/// What the runtime reports of container `app` that ran 5 s and exited with `exit_code`.
+pub fn exited_app(exit_code: i32, reason: &str) -> [reaplet::status::ContainerFinal; 1] {
+    let now = now_ns();
+    [reaplet::status::ContainerFinal {
+        name: "app".into(),
+        id: "c0".into(),
+        state: reaplet::cri::ContainerRunState::Exited,
+        exit_code,
+        reason: reason.into(),
+        started_at: now - 5_000_000_000,
+        finished_at: now,
+        attempt: 0,
+    }]
+}
