@@ -632,6 +632,9 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
         .count();
     // blind reaplet, delete the pod for good, and forget the history: the watch must re-list
     h.api.refuse_connections_for(Duration::from_secs(3));
+    // the open watch is cut asynchronously: let it go before the deletion, or its events can
+    // still slip out on it (and no re-list is needed)
+    tokio::time::sleep(Duration::from_millis(300)).await;
     h.api.delete_pod("default", "vanished", Some(0));
     h.api.compact();
     let client = h.tb.client();
