@@ -266,3 +266,36 @@ async fn orphaned_pod_dirs_are_removed_unless_something_is_mounted_below() {
     assert!(outside.path().join("precious").exists());
     h.shutdown().await;
 }
+
+/// In standby (the authority held, a kubelet in charge) the sweeps kill and delete nothing,
+/// for the whole window in which an active reaplet would have swept; made active, it sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_sweeps_nothing() {
+    let h = Harness::new("leakstandby").await;
+    h.authority.set_active(false);
+    let t = PodTemplate::new("gone", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    h.client.remove_pod_sandbox(&p.sandbox_id).await.unwrap();
+    let dir = h.root_dir.path().join("pods").join(p.uid.as_str());
+    std::fs::create_dir_all(&dir).unwrap();
+    h.desire(vec![]);
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(8) {
+        assert!(
+            !h.pod_cgroups(&p.uid).is_empty(),
+            "a sweep in standby removed a pod cgroup"
+        );
+        assert!(dir.exists(), "a sweep in standby removed a pod directory");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.authority.set_active(true);
+    let start = Instant::now();
+    while !h.pod_cgroups(&p.uid).is_empty() || dir.exists() {
+        assert!(
+            start.elapsed() < BOUND,
+            "active again, the leftovers were never swept"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.shutdown().await;
+}

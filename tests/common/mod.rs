@@ -22,6 +22,8 @@ pub mod apiserver;
 
 pub struct Harness {
     pub workers: PodWorkers<CriClient>,
+    /// The one check every kill (and every sweep) passes: `set_active(false)` is standby.
+    pub authority: Arc<Authority>,
     pub events: mpsc::Receiver<PodEvent>,
     pub cancel: CancellationToken,
     pub tracker: TaskTracker,
@@ -53,18 +55,20 @@ impl Harness {
             orphan_min_age: Duration::ZERO,
             ..PipelineConfig::default()
         };
+        let authority = Arc::new(Authority::default());
         let workers = PodWorkers::new(
             Arc::new(client.clone()),
             cgroups.clone(),
             config,
             events,
-            Arc::new(Authority::default()),
+            authority.clone(),
             cancel.clone(),
             tracker.clone(),
         );
         tracker.spawn(workers.clone().run_housekeeping());
         Harness {
             workers,
+            authority,
             events: rx,
             cancel,
             tracker,
