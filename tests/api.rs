@@ -565,19 +565,16 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
     let _g = KillOnDrop(child.id());
     // the static pod is desired: nothing happens to it, for the whole window
     let client = h.tb.client();
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(3) {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        assert!(
-            st.state.may_run(),
-            "a desired static pod was stopped\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let (id, window) = (p.container_id("app"), Duration::from_secs(3));
+    assert_runs_for(
+        &client,
+        id,
+        window,
+        "a desired static pod was stopped",
+        log_text,
+    )
+    .await;
     let t0 = now_ns();
     std::fs::remove_file(&file).unwrap();
     let uid = PodUid::parse(&t.uid).unwrap();
@@ -735,15 +732,9 @@ async fn kubelet_static_pods_and_their_mirror_pods_are_never_touched() {
     h.restart_agent().await;
     let (code, _) = h.api.delete_pod("kube-system", &etcd.name, None);
     assert_eq!(code, 200);
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(5) {
-        assert!(
-            running(ps.container_id("etcd").to_owned()).await,
-            "the kubelet's static pod was stopped after {:?}",
-            window.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (id, window) = (ps.container_id("etcd"), Duration::from_secs(5));
+    let what = "the kubelet's static pod was stopped";
+    assert_runs_for(&client, id, window, what, String::new).await;
     // nothing was written about the mirror pod either (the kubelet owns it)
     let writes: Vec<Recorded> = h
         .api
@@ -799,20 +790,9 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
     let _g = KillOnDrop(child.id());
     let client = h.tb.client();
     // desired: it runs on for the whole window (several scans and relists)
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(4) {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        assert!(
-            st.state.may_run(),
-            "the static pod was stopped after {:?}\n{}",
-            window.elapsed(),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let (id, window) = (p.container_id("app"), Duration::from_secs(4));
+    assert_runs_for(&client, id, window, "the static pod was stopped", log_text).await;
     let t0 = now_ns();
     std::fs::remove_file(&file).unwrap();
     let start = Instant::now();

@@ -407,18 +407,9 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     assert!(first.wait().unwrap().success());
     // for the whole window after the stop: the pod's container runs on
     let client = tb.client();
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_millis(1500) {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        assert!(
-            st.state.may_run(),
-            "stopping reaplet killed the pod's container"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = "stopping reaplet killed the pod's container";
+    let window = Duration::from_millis(1500);
+    assert_runs_for(&client, p.container_id("app"), window, what, String::new).await;
     assert!(api.get_pod("default", "survivor").is_some());
     let mut second = spawn();
     let _g2 = KillOnDrop(second.id());

@@ -342,3 +342,25 @@ pub fn exited_app(exit_code: i32, reason: &str) -> [reaplet::status::ContainerFi
         attempt: 0,
     }]
 }
+
+/// Asserts container `id` runs through the whole of `window` (looked at every 50 ms): the
+/// negative checks' shape. On failure: `what`, when, and `context()` (a log tail, say).
+pub async fn assert_runs_for(
+    client: &CriClient,
+    id: &str,
+    window: Duration,
+    what: &str,
+    context: impl Fn() -> String,
+) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < window {
+        let st = client.container_status(id).await.unwrap();
+        assert!(
+            st.state.may_run(),
+            "{what} after {:?}\n{}",
+            start.elapsed(),
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
