@@ -26,6 +26,13 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Every QoS class: a pod's cgroup is under one of their parents.
+const QOS_CLASSES: [QosClass; 3] = [
+    QosClass::Guaranteed,
+    QosClass::Burstable,
+    QosClass::BestEffort,
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     #[error("invalid cgroup root {root:?}: {why}")]
@@ -298,11 +305,7 @@ impl CgroupManager {
         let root = self.naming.root_path();
         let mut out = Vec::new();
         for h in &self.hierarchies {
-            for qos in [
-                QosClass::Guaranteed,
-                QosClass::Burstable,
-                QosClass::BestEffort,
-            ] {
+            for qos in QOS_CLASSES {
                 let dir = contained(&h.mount_point, &root, &self.naming.pod_cgroup(uid, qos))?;
                 if dir.is_dir() {
                     out.push((h.clone(), dir));
@@ -319,11 +322,7 @@ impl CgroupManager {
         let root = self.naming.root_path();
         let mut out = Vec::new();
         for h in &self.hierarchies {
-            for qos in [
-                QosClass::Guaranteed,
-                QosClass::Burstable,
-                QosClass::BestEffort,
-            ] {
+            for qos in QOS_CLASSES {
                 // the QoS parent is the same for every UID: build it from a placeholder
                 let probe = PodUid::parse("probe").expect("a valid uid");
                 let rel = self.naming.pod_cgroup(&probe, qos);
@@ -363,13 +362,9 @@ impl CgroupManager {
         let mut out: Vec<PodUid> = names
             .iter()
             .filter_map(|n| {
-                [
-                    QosClass::Guaranteed,
-                    QosClass::Burstable,
-                    QosClass::BestEffort,
-                ]
-                .into_iter()
-                .find_map(|qos| self.naming.uid_of(n, qos))
+                QOS_CLASSES
+                    .into_iter()
+                    .find_map(|qos| self.naming.uid_of(n, qos))
             })
             .collect();
         out.sort();
@@ -416,11 +411,7 @@ impl CgroupManager {
         }
         if let (CgroupDriver::Systemd, Some(units)) = (self.naming.driver, &self.units) {
             // every QoS class: a slice whose directory is gone may still be an active unit
-            for qos in [
-                QosClass::Guaranteed,
-                QosClass::Burstable,
-                QosClass::BestEffort,
-            ] {
+            for qos in QOS_CLASSES {
                 let rel = self.naming.pod_cgroup(uid, qos);
                 let Some(unit) = rel.file_name().and_then(|n| n.to_str()) else {
                     continue;
