@@ -124,6 +124,13 @@ async fn adopt_runtime_uids<R: Runtime>(
     adopted: &mut HashMap<PathBuf, crate::pod::PodUid>,
 ) {
     adopted.retain(|path, _| seen.contains_key(path));
+    // a manifest keeps the UID it adopted: the runtime is listed only while one has none
+    if seen.keys().all(|path| adopted.contains_key(path)) {
+        for (path, pod) in seen.iter_mut() {
+            pod.uid = adopted[path].clone();
+        }
+        return;
+    }
     let running = match workers.static_runtime_pods().await {
         Ok(r) => r,
         Err(e) => {
