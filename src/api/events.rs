@@ -70,9 +70,8 @@ pub async fn run(
         let Some(ev) = ev else { return };
         limiter.acquire().await;
         let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &ev.namespace);
-        if let Err(e) = api
-            .create(&PostParams::default(), &to_api(&ev, &node))
-            .await
+        if let Err(e) =
+            super::bounded(api.create(&PostParams::default(), &to_api(&ev, &node))).await
         {
             tracing::debug!(err = %e, reason = ev.reason.as_str(), "posting an event failed");
         }

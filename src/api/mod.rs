@@ -7,7 +7,13 @@
 //!   node check on every object, so a stray object from the server is ignored);
 //! * writes (status, delete, events) pass one token-bucket [`RateLimiter`] whose defaults do
 //!   not make 110 deletions trickle;
-//! * API errors are classified by HTTP status code, never by message text.
+//! * API errors are classified by HTTP status code, never by message text;
+//! * every request is bounded in time: status, delete, get and event requests by
+//!   [`REQUEST_TIMEOUT`] ([`bounded`]); the pod LIST by the source's own deadline; an open watch
+//!   by the server's `timeoutSeconds` plus kube-runtime's idle margin, and the connection by an
+//!   idle-read timeout a little longer than that;
+//! * every request carries a `User-Agent` naming reaplet and its version ([`user_agent`]), so
+//!   the server's audit log and managedFields tell it from the kubelet acting as the same node.
 
 pub mod events;
 pub mod source;
@@ -30,6 +36,81 @@ pub enum ApiError {
     Client(#[source] kube::Error),
 }
 
+/// How long a status, delete, get or event request may take before it is abandoned (and
+/// retried by its owner, as for any other failure).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connection's idle-read limit: longer than a watch may stay silent (the server ends it
+/// after `timeoutSeconds`, 290 s from kube-runtime, whose own idle check fires 5 s later).
+const READ_TIMEOUT: Duration = Duration::from_secs(320);
+
+/// A request that failed, or got no answer in time.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer from the API server within {0:?}")]
+    Timeout(Duration),
+}
+
+impl RequestError {
+    /// The HTTP status of an API error answer, if it was one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            RequestError::Api(e) => status_code(e),
+            RequestError::Timeout(_) => None,
+        }
+    }
+
+    /// The API error, if the server answered.
+    pub fn api(&self) -> Option<&kube::Error> {
+        match self {
+            RequestError::Api(e) => Some(e),
+            RequestError::Timeout(_) => None,
+        }
+    }
+
+    /// The server's `retryAfterSeconds` (sent with 429 and some 5xx answers).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.api().and_then(retry_after)
+    }
+}
+
+/// Runs one API request with [`REQUEST_TIMEOUT`]: a hung server costs its caller that long,
+/// never more (the request is dropped, and with it the connection).
+pub async fn bounded<T>(
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, RequestError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(r) => r.map_err(RequestError::Api),
+        Err(_) => Err(RequestError::Timeout(REQUEST_TIMEOUT)),
+    }
+}
+
+/// `reaplet/<version> (<os>/<arch>)`, the form of the kubelet's own `kubelet/v1.36.0 (linux/amd64)`.
+pub fn user_agent() -> String {
+    format!(
+        "reaplet/{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// The server's `retryAfterSeconds` in an error answer's details (kube-apiserver sets it, with
+/// the `Retry-After` header, on 429s and on 5xx answers that invite a retry).
+pub fn retry_after(e: &kube::Error) -> Option<Duration> {
+    match e {
+        kube::Error::Api(s) => s
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(u64::from(s))),
+        _ => None,
+    }
+}
+
 /// The kubelet's order: an explicit kubeconfig, else the in-cluster service account.
 ///
 /// kube-rs's built-in retry of 429/503/504 (up to 15 attempts, backing off to minutes) is
@@ -50,6 +131,13 @@ pub async fn client_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Ap
         None => kube::Config::incluster().map_err(ApiError::NoCredentials)?,
     };
     config.default_retry = false;
+    config.read_timeout = Some(READ_TIMEOUT);
+    // the read timeout counts from the request, not from when a pooled connection went idle
+    config.reset_reader_on_write = true;
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    if let Ok(ua) = http::HeaderValue::from_str(&user_agent()) {
+        config.headers.push((http::header::USER_AGENT, ua));
+    }
     Ok(config)
 }
 

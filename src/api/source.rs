@@ -21,9 +21,10 @@ use crate::workers::PodWorkers;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashSet;
 use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The source name for [`PodWorkers::expect_sources`].
@@ -70,54 +71,78 @@ fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
     }
 }
 
-/// The watch's retry delays: 250 ms doubling up to 5 s, each drawn from its upper half
-/// (jitter), back to the start after any event arrives or 30 s without a retry. client-go's
-/// (and kube-rs's default) 800 ms..30 s with full jitter left reaplet blind for up to a minute
-/// after a long API outage: pods deleted right after the recovery went unseen (measured in
-/// `tests/faults.rs`).
-#[derive(Debug, Clone)]
+/// The watch's retry delays, client-go's reflector's: 800 ms doubling to a 30 s cap, each
+/// drawn from the upper quarter below its step (jitter), never shorter than the server's
+/// `Retry-After`; back to the start only after a complete list and [`Self::STABLE`] without a
+/// failure since. Every failed attempt counts, whichever request failed (kube-runtime's own
+/// backoff restarts at every fresh list, so a server answering 500 was re-listed ~5 times a
+/// second).
+#[derive(Debug, Clone, Default)]
 pub struct WatchBackoff {
-    next: Duration,
-    last: Option<std::time::Instant>,
+    /// Failures since the last reset.
+    failures: u32,
+    /// When the last complete list arrived, if no failure came after it.
+    listed_at: Option<Instant>,
 }
 
 impl WatchBackoff {
-    const MIN: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(5);
-    const RESET_AFTER: Duration = Duration::from_secs(30);
-}
+    pub const MIN: Duration = Duration::from_millis(800);
+    pub const MAX: Duration = Duration::from_secs(30);
+    /// How long a listed, watching source must stay up for the delays to start again from
+    /// [`Self::MIN`] (client-go's backoff manager: 2 min).
+    pub const STABLE: Duration = Duration::from_secs(120);
+    /// A `Retry-After` longer than this is taken as this (a server never asks for more than
+    /// seconds; a wrong one must not blind reaplet for hours).
+    pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self {
-            next: Self::MIN,
-            last: None,
-        }
+    /// A complete list arrived at `now`.
+    pub fn listed(&mut self, now: Instant) {
+        self.listed_at = Some(now);
     }
-}
 
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = std::time::Instant::now();
+    /// An attempt failed at `now`: how long to wait before the next one. `jitter` in `[0, 1)`.
+    pub fn failed(&mut self, now: Instant, retry_after: Option<Duration>, jitter: f64) -> Duration {
         if self
-            .last
-            .is_some_and(|l| now.duration_since(l) > Self::RESET_AFTER)
+            .listed_at
+            .take()
+            .is_some_and(|t| now.saturating_duration_since(t) >= Self::STABLE)
         {
-            self.next = Self::MIN;
+            self.failures = 0;
         }
-        self.last = Some(now);
-        let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        let half = d / 2;
-        Some(half + half.mul_f64(rand::random::<f64>()))
+        let step = Self::MIN
+            .saturating_mul(1 << self.failures.min(16))
+            .min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        let delay = step.mul_f64(0.75 + 0.25 * jitter.clamp(0.0, 1.0));
+        delay.max(retry_after.unwrap_or_default().min(Self::MAX_RETRY_AFTER))
     }
 }
 
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::MIN;
+/// A pod LIST that has not completed in this long is abandoned and retried with backoff (a
+/// node's list is at most a few hundred pods: seconds, even on a loaded server).
+pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The server's `Retry-After`, if the failed request got one.
+fn watch_retry_after(e: &watcher::Error) -> Option<Duration> {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => super::retry_after(e),
+        watcher::Error::WatchError(s) => s
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(u64::from(s))),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// Sleeps `d` unless cancelled first; false when cancelled.
+async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
     }
 }
 
@@ -131,77 +156,105 @@ pub async fn run<R: Runtime>(
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let (_reader, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(api, config)
-            .backoff(WatchBackoff::default())
-            .modify(|p| {
-                p.managed_fields_mut().clear();
-            }),
-    );
-    let mut stream = std::pin::pin!(stream);
+    let mut backoff = WatchBackoff::default();
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
-    loop {
-        let ev = tokio::select! {
-            _ = cancel.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let Some(ev) = ev else { return };
-        match ev {
-            Ok(watcher::Event::Init) => batch.clear(),
-            Ok(watcher::Event::InitApply(p)) => batch.extend(accept(&p, &node)),
-            Ok(watcher::Event::InitDone) => {
-                let now: HashSet<PodUid> = batch.iter().map(|(p, _)| p.uid.clone()).collect();
-                for uid in known.difference(&now) {
-                    tracing::info!(podUID = %uid, "pod object gone while not watching");
-                    workers.remove(uid, Some(grace::ORPHAN_GRACE));
-                    if let Some(s) = &status {
-                        s.forget(uid);
+    'restart: loop {
+        let stream = watcher(api.clone(), config.clone()).modify(|p| {
+            p.managed_fields_mut().clear();
+        });
+        let mut stream = std::pin::pin!(stream);
+        // while a list is under way: when it must be complete
+        let mut list_deadline: Option<Instant> = None;
+        loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = sleep_until_some(list_deadline) => {
+                    let delay = backoff.failed(Instant::now(), None, rand::random());
+                    tracing::warn!(timeout = ?LIST_TIMEOUT, retryIn = ?delay, "pod list got no answer in time; backing off");
+                    if !pause(delay, &cancel).await {
+                        return;
+                    }
+                    continue 'restart;
+                }
+                ev = stream.next() => ev,
+            };
+            let Some(ev) = ev else { return };
+            match ev {
+                Ok(watcher::Event::Init) => {
+                    batch.clear();
+                    list_deadline = Some(Instant::now() + LIST_TIMEOUT);
+                }
+                Ok(watcher::Event::InitApply(p)) => batch.extend(accept(&p, &node)),
+                Ok(watcher::Event::InitDone) => {
+                    list_deadline = None;
+                    backoff.listed(Instant::now());
+                    let now: HashSet<PodUid> = batch.iter().map(|(p, _)| p.uid.clone()).collect();
+                    for uid in known.difference(&now) {
+                        tracing::info!(podUID = %uid, "pod object gone while not watching");
+                        workers.remove(uid, Some(grace::ORPHAN_GRACE));
+                        if let Some(s) = &status {
+                            s.forget(uid);
+                        }
+                    }
+                    for (info, terminal) in batch.drain(..) {
+                        if let Some(s) = &status {
+                            s.observe(&info, terminal);
+                        }
+                        // a termination already under way when reaplet starts is a fresh one
+                        // for containers never signalled, and continues to the recorded deadline
+                        // for those that were (`records`): never the wall-clock deletionTimestamp
+                        workers.upsert(info);
+                    }
+                    known = now;
+                    workers.mark_source_synced(SOURCE);
+                    tracing::info!(pods = known.len(), "pod list from the API server");
+                }
+                Ok(watcher::Event::Apply(p)) => {
+                    if let Some((info, terminal)) = accept(&p, &node) {
+                        known.insert(info.uid.clone());
+                        if let Some(s) = &status {
+                            s.observe(&info, terminal);
+                        }
+                        workers.upsert(info);
                     }
                 }
-                for (info, terminal) in batch.drain(..) {
+                Ok(watcher::Event::Delete(p)) => {
+                    let Some(uid) = p
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .and_then(|u| PodUid::parse(u).ok())
+                    else {
+                        continue;
+                    };
+                    known.remove(&uid);
                     if let Some(s) = &status {
-                        s.observe(&info, terminal);
+                        s.forget(&uid);
                     }
-                    // a termination already under way when reaplet starts is a fresh one
-                    // for containers never signalled, and continues to the recorded deadline
-                    // for those that were (`records`): never the wall-clock deletionTimestamp
-                    workers.upsert(info);
+                    // a pod reaplet deleted itself is finished already; otherwise this was a force
+                    // delete: stop it as an orphan would be
+                    workers.remove(&uid, Some(grace::ORPHAN_GRACE));
                 }
-                known = now;
-                workers.mark_source_synced(SOURCE);
-                tracing::info!(pods = known.len(), "pod list from the API server");
-            }
-            Ok(watcher::Event::Apply(p)) => {
-                if let Some((info, terminal)) = accept(&p, &node) {
-                    known.insert(info.uid.clone());
-                    if let Some(s) = &status {
-                        s.observe(&info, terminal);
+                Err(e) => {
+                    list_deadline = None;
+                    let delay =
+                        backoff.failed(Instant::now(), watch_retry_after(&e), rand::random());
+                    tracing::warn!(err = %e, retryIn = ?delay, "pod list or watch failed; backing off");
+                    if !pause(delay, &cancel).await {
+                        return;
                     }
-                    workers.upsert(info);
                 }
             }
-            Ok(watcher::Event::Delete(p)) => {
-                let Some(uid) = p
-                    .metadata
-                    .uid
-                    .as_deref()
-                    .and_then(|u| PodUid::parse(u).ok())
-                else {
-                    continue;
-                };
-                known.remove(&uid);
-                if let Some(s) = &status {
-                    s.forget(&uid);
-                }
-                // a pod reaplet deleted itself is finished already; otherwise this was a force
-                // delete: stop it as an orphan would be
-                workers.remove(&uid, Some(grace::ORPHAN_GRACE));
-            }
-            Err(e) => tracing::warn!(err = %e, "pod watch error; retrying with backoff"),
         }
+    }
+}
+
+/// Resolves at `at`, or never.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -210,16 +263,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watch_backoff_is_bounded_jittered_and_resets() {
+    fn watch_backoff_doubles_from_800ms_to_30s_and_resets_only_after_a_stable_list() {
+        let t0 = Instant::now();
         let mut b = WatchBackoff::default();
-        let first: Vec<Duration> = (&mut b).take(8).collect();
-        assert!(first[0] >= Duration::from_millis(125) && first[0] <= Duration::from_millis(250));
-        assert!(first.iter().all(|d| *d <= WatchBackoff::MAX));
-        assert!(
-            first[7] >= WatchBackoff::MAX / 2,
-            "grows to the cap: {first:?}"
+        let full: Vec<Duration> = (0..8).map(|_| b.failed(t0, None, 1.0)).collect();
+        let secs: Vec<f64> = full.iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]);
+        // jitter only shortens, by at most a quarter
+        let mut b = WatchBackoff::default();
+        assert_eq!(b.failed(t0, None, 0.0), Duration::from_millis(600));
+        // a fresh list alone does not reset (kube-runtime's did, at every re-list)
+        let mut b = WatchBackoff::default();
+        for _ in 0..5 {
+            b.failed(t0, None, 1.0);
+        }
+        b.listed(t0);
+        assert_eq!(
+            b.failed(t0 + Duration::from_secs(1), None, 1.0),
+            Duration::from_secs_f64(25.6)
         );
-        kube::runtime::utils::Backoff::reset(&mut b);
-        assert!(b.next().unwrap() <= Duration::from_millis(250));
+        // a list followed by STABLE without a failure does
+        b.listed(t0);
+        assert_eq!(
+            b.failed(t0 + WatchBackoff::STABLE, None, 1.0),
+            WatchBackoff::MIN
+        );
+    }
+
+    #[test]
+    fn watch_backoff_honours_retry_after_within_a_bound() {
+        let t0 = Instant::now();
+        let mut b = WatchBackoff::default();
+        assert_eq!(
+            b.failed(t0, Some(Duration::from_secs(5)), 0.5),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            b.failed(t0, Some(Duration::from_secs(3600)), 0.5),
+            WatchBackoff::MAX_RETRY_AFTER
+        );
+    }
+
+    /// 60 s of failing lists, each failing at once: how many attempts the backoff allows.
+    #[test]
+    fn sixty_seconds_of_failures_cost_at_most_ten_lists() {
+        for jitter in [0.0, 0.5, 0.999] {
+            let t0 = Instant::now();
+            let mut b = WatchBackoff::default();
+            let (mut at, mut lists) = (Duration::ZERO, 0);
+            while at < Duration::from_secs(60) {
+                lists += 1;
+                at += b.failed(t0 + at, None, jitter);
+            }
+            assert!(lists <= 10, "{lists} lists with jitter {jitter}");
+        }
     }
 }

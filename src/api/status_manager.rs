@@ -19,21 +19,23 @@
 //! * DELETE (`gracePeriodSeconds: 0`, `preconditions.uid`) only when the object has a
 //!   deletionTimestamp, is not a static/mirror pod, its stored phase is terminal and the
 //!   node-side cleanup (volumes, cgroup) finished; 404 and 409 mean someone else did it;
-//! * no lock is held across an API call; up to 32 pods are synced at once, one pod's requests
-//!   stay in order (status, then delete).
+//! * no lock is held across an API call; every pod is synced by a task of its own (at most
+//!   one per pod at a time, so one pod's requests stay in order: status, then delete; up to
+//!   [`SYNC_CONCURRENCY`] at once), so a slow or hung request holds back only its own pod;
+//!   every request is bounded by [`super::REQUEST_TIMEOUT`];
+//! * a failed sync is retried with backoff, never sooner than the server's `Retry-After`.
 
-use super::{RateLimiter, precondition_failed, status_code, uid_mismatch};
+use super::{RateLimiter, RequestError, bounded, precondition_failed, uid_mismatch};
 use crate::lifecycle::{KillReason, backoff};
 use crate::pod::{PodInfo, PodUid};
 use crate::status::{self, ContainerFinal, TerminalStatus};
 use crate::workers::StatusSink;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -62,7 +64,7 @@ impl Gone {
     }
 }
 
-/// Pods whose status and delete requests are in flight at once.
+/// Pods whose status and delete requests are in flight at once (more wait for a slot).
 const SYNC_CONCURRENCY: usize = 32;
 
 #[derive(Debug, Clone)]
@@ -81,6 +83,8 @@ struct Entry {
     deleted: bool,
     failures: u32,
     retry_at: Option<Instant>,
+    /// A sync task is working on this pod.
+    syncing: bool,
 }
 
 impl Entry {
@@ -96,6 +100,7 @@ impl Entry {
             deleted: false,
             failures: 0,
             retry_at: None,
+            syncing: false,
         }
     }
 
@@ -132,12 +137,19 @@ enum Body {
     Stop(Outcome),
 }
 
-/// What one sync did, for tests and metrics.
+/// What one sync did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Nothing,
     Done,
-    Retry,
+    /// Try again after the backoff, and not before the server's `Retry-After`, if it sent one.
+    Retry(Option<Duration>),
+}
+
+impl Outcome {
+    fn retry(e: &RequestError) -> Outcome {
+        Outcome::Retry(e.retry_after())
+    }
 }
 
 impl StatusManager {
@@ -198,49 +210,70 @@ impl StatusManager {
             .count()
     }
 
-    /// Runs until cancelled: syncs at once on every change, and every `resync`.
+    /// Runs until cancelled: starts a sync for each due pod at once on every change, and
+    /// every `resync`. Cancelling abandons the syncs in flight (the next start resends).
     pub async fn run(self, cancel: CancellationToken) {
+        let mut tasks = tokio::task::JoinSet::new();
+        let slots = Arc::new(Semaphore::new(SYNC_CONCURRENCY));
         loop {
+            let wake = self.start_due(&mut tasks, &slots);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = self.inner.notify.notified() => {}
-                _ = tokio::time::sleep(self.inner.resync) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = tokio::time::sleep_until(wake) => {}
             }
-            self.sync_all().await;
         }
     }
 
-    async fn sync_all(&self) {
+    /// Starts a sync task for every pod with something to send, due, and not being synced.
+    /// Returns when to look again: the next retry due, or the periodic resync.
+    fn start_due(&self, tasks: &mut tokio::task::JoinSet<()>, slots: &Arc<Semaphore>) -> Instant {
         let now = Instant::now();
-        let due: Vec<PodUid> = self
-            .entries()
-            .iter()
-            .filter(|(_, e)| {
-                (e.pending.is_some() || e.wants_delete()) && e.retry_at.is_none_or(|t| t <= now)
-            })
-            .map(|(u, _)| u.clone())
-            .collect();
-        // several pods at once (the rate limiter still bounds the request rate): one slow or
-        // retried pod never holds the others back, and a burst of terminations is not
-        // serialised behind one request at a time
-        futures_util::stream::iter(due)
-            .for_each_concurrent(SYNC_CONCURRENCY, |uid| async move {
-                let outcome = self.sync_one(&uid).await;
-                let mut entries = self.entries();
-                if let Some(e) = entries.get_mut(&uid) {
-                    match outcome {
-                        Outcome::Retry => {
-                            e.failures += 1;
-                            e.retry_at = Some(Instant::now() + backoff(e.failures));
-                        }
-                        Outcome::Done | Outcome::Nothing => {
-                            e.failures = 0;
-                            e.retry_at = None;
-                        }
-                    }
+        let mut wake = now + self.inner.resync;
+        let mut due = Vec::new();
+        for (uid, e) in self.entries().iter_mut() {
+            if e.syncing || (e.pending.is_none() && !e.wants_delete()) {
+                continue;
+            }
+            match e.retry_at {
+                Some(t) if t > now => wake = wake.min(t),
+                _ => {
+                    e.syncing = true;
+                    due.push(uid.clone());
                 }
-            })
-            .await;
+            }
+        }
+        for uid in due {
+            let (me, slots) = (self.clone(), slots.clone());
+            tasks.spawn(async move {
+                let Ok(_slot) = slots.acquire_owned().await else {
+                    return;
+                };
+                let outcome = me.sync_one(&uid).await;
+                me.synced(&uid, outcome);
+            });
+        }
+        wake
+    }
+
+    /// Records a finished sync: its backoff, and that the pod may be synced again.
+    fn synced(&self, uid: &PodUid, outcome: Outcome) {
+        let mut entries = self.entries();
+        if let Some(e) = entries.get_mut(uid) {
+            e.syncing = false;
+            match outcome {
+                Outcome::Retry(retry_after) => {
+                    e.failures += 1;
+                    let wait = backoff(e.failures).max(retry_after.unwrap_or_default());
+                    e.retry_at = Some(Instant::now() + wait);
+                }
+                Outcome::Done | Outcome::Nothing => {
+                    e.failures = 0;
+                    e.retry_at = None;
+                }
+            }
+        }
     }
 
     async fn sync_one(&self, uid: &PodUid) -> Outcome {
@@ -268,7 +301,7 @@ impl StatusManager {
             return Body::Send(status::status_patch(uid.as_str(), st, &now), false);
         }
         self.inner.limiter.acquire().await;
-        let pod = match api.get(name).await {
+        let pod = match bounded(api.get(name)).await {
             Ok(pod) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => pod,
             Ok(_) => {
                 tracing::info!("pod recreated under its name; dropping its status");
@@ -277,14 +310,14 @@ impl StatusManager {
             }
             // a node's GET of a pod that is gone, or no longer bound to it, is 403 (the Node
             // authorizer finds no relationship), never 404: either way it is not ours to write
-            Err(err) if matches!(status_code(&err), Some(403 | 404)) => {
+            Err(err) if matches!(err.code(), Some(403 | 404)) => {
                 tracing::info!(err = %err, "pod gone or not bound to this node; dropping its status");
                 self.forget(uid);
                 return Body::Stop(Outcome::Done);
             }
             Err(err) => {
                 tracing::warn!(err = %err, "reading the pod before its status failed; will retry");
-                return Body::Stop(Outcome::Retry);
+                return Body::Stop(Outcome::retry(&err));
             }
         };
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -331,22 +364,21 @@ impl StatusManager {
                         Body::Stop(outcome) => return outcome,
                     };
                     self.inner.limiter.acquire().await;
-                    let r = api
-                        .patch_status(
-                            &entry.name,
-                            &PatchParams::default(),
-                            &Patch::Strategic(body),
-                        )
-                        .await;
+                    let r = bounded(api.patch_status(
+                        &entry.name,
+                        &PatchParams::default(),
+                        &Patch::Strategic(body),
+                    ))
+                    .await;
                     match r {
                         // the object changed since it was read: read it again
-                        Err(err) if guarded && status_code(&err) == Some(409) && conflicts < 3 => {
+                        Err(err) if guarded && err.code() == Some(409) && conflicts < 3 => {
                             tracing::info!(err = %err, "pod changed since it was read; reading it again");
                             conflicts += 1;
                         }
-                        Err(err) if guarded && status_code(&err) == Some(409) => {
+                        Err(err) if guarded && err.code() == Some(409) => {
                             tracing::warn!(err = %err, "pod keeps changing; will retry");
-                            return Outcome::Retry;
+                            return Outcome::retry(&err);
                         }
                         r => break r,
                     }
@@ -372,9 +404,10 @@ impl StatusManager {
                         }
                     }
                     Err(err)
-                        if status_code(&err) == Some(404)
-                            || precondition_failed(&err)
-                            || uid_mismatch(&err) =>
+                        if err.code() == Some(404)
+                            || err
+                                .api()
+                                .is_some_and(|e| precondition_failed(e) || uid_mismatch(e)) =>
                     {
                         tracing::info!(err = %err, "pod gone or recreated; dropping its status");
                         self.forget(uid);
@@ -382,7 +415,7 @@ impl StatusManager {
                     }
                     Err(err) => {
                         tracing::warn!(err = %err, "sending the pod status failed; will retry");
-                        return Outcome::Retry;
+                        return Outcome::retry(&err);
                     }
                 }
             }
@@ -401,7 +434,7 @@ impl StatusManager {
             ..DeleteParams::default()
         };
         let t = Instant::now();
-        let r = api.delete(&entry.name, &dp).await;
+        let r = bounded(api.delete(&entry.name, &dp)).await;
         if r.is_ok()
             && let Some(m) = &self.inner.metrics
         {
@@ -410,12 +443,12 @@ impl StatusManager {
         }
         match r {
             Ok(_) => tracing::info!("pod object deleted"),
-            Err(err) if status_code(&err) == Some(404) || precondition_failed(&err) => {
+            Err(err) if err.code() == Some(404) || err.api().is_some_and(precondition_failed) => {
                 tracing::info!(err = %err, "pod object already gone or replaced")
             }
             Err(err) => {
                 tracing::warn!(err = %err, "deleting the pod object failed; will retry");
-                return Outcome::Retry;
+                return Outcome::retry(&err);
             }
         }
         if let Some(e) = self.entries().get_mut(uid) {

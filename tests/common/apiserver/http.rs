@@ -144,7 +144,7 @@ pub async fn accept_loop(first: tokio::net::TcpListener, addr: SocketAddr, state
                 acc = l.accept() => {
                     let Ok((stream, _)) = acc else { continue };
                     // a connection that raced with refuse_connections_for is refused too
-                    if faults::refusing(&state) {
+                    if faults::refusing(&state) || faults::closing(&state) {
                         drop(stream);
                         continue;
                     }
@@ -214,6 +214,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
         path: path.clone(),
         query: query.clone(),
         content_type: content_type.clone(),
+        user_agent: user_agent.clone(),
         body: body.clone(),
         user,
         status,
@@ -235,7 +236,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
         path: path.clone(),
         query: query.clone(),
         content_type: content_type.clone(),
-        user_agent,
+        user_agent: user_agent.clone(),
         body: body.clone(),
         body_malformed,
         user: user.clone(),

@@ -69,6 +69,7 @@ pub struct Recorded {
     pub path: String,
     pub query: HashMap<String, String>,
     pub content_type: String,
+    pub user_agent: String,
     pub body: Value,
     /// The authenticated user (empty for a 401).
     pub user: String,
@@ -265,6 +266,18 @@ impl ApiServer {
         self.state.faults.lock().unwrap().refuse_until = Some(Instant::now() + d);
         self.state.generation.send_modify(|g| *g += 1);
         self.state.refuse.notify_one();
+    }
+
+    /// Cuts open connections, then for `d` accepts every new connection and closes it at once
+    /// without an answer; returns nothing, see [`Self::connections_closed`].
+    pub fn close_connections_for(&self, d: Duration) {
+        self.state.faults.lock().unwrap().close_until = Some(Instant::now() + d);
+        self.state.generation.send_modify(|g| *g += 1);
+    }
+
+    /// How many connections [`Self::close_connections_for`] closed.
+    pub fn connections_closed(&self) -> u64 {
+        self.state.faults.lock().unwrap().closed
     }
 
     /// From now on, lists and watches send every node's pods whatever the field selector.

@@ -88,6 +88,11 @@ impl Entry {
 #[derive(Default)]
 pub struct Faults {
     pub refuse_until: Option<Instant>,
+    /// Until then every new connection is accepted and closed at once, unanswered (as a
+    /// refusing proxy in front of the server would; unlike a closed listener, countable).
+    pub close_until: Option<Instant>,
+    /// Connections closed that way.
+    pub closed: u64,
     /// Set by `fail_for`: becomes a rule answering every request `code` until then.
     pub fail_until: Option<(Instant, u16)>,
     /// A misbehaving server: lists and watches ignore `fieldSelector` (every node's pods).
@@ -254,6 +259,16 @@ pub enum Verdict {
     Answer(Reply),
     /// Close the connection without an answer.
     Reset,
+}
+
+/// A new connection is to be closed at once (counted).
+pub fn closing(state: &State) -> bool {
+    let mut f = state.faults.lock().unwrap();
+    let closing = f.close_until.is_some_and(|t| Instant::now() < t);
+    if closing {
+        f.closed += 1;
+    }
+    closing
 }
 
 /// New connections are being refused.
