@@ -1,16 +1,26 @@
-//! reaplet's binary: reads argv, the environment and the config file, and runs the library.
+//! reaplet's binary: reads argv, the environment and the config files, and runs the library.
 //! The only place that reads argv or the environment, and the only user of anyhow.
+//!
+//! Invariants (the kubelet's `cmd/kubelet/app` counterpart):
+//! * every configuration problem (a bad flag, a bad value, an unreadable or invalid config file
+//!   or kubeconfig) is found before anything starts and exits [`EXIT_CONFIG`] with one line
+//!   naming the field and why; `--help` and `--version` exit 0;
+//! * a closed or broken stdout or stderr (EPIPE) never panics: command output ends quietly
+//!   ([`emit`]), messages and logs to stderr are dropped, so SIGTERM is always honoured.
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use reaplet::config::{self, LogFormat, RawSettings, Settings};
+use reaplet::config::{self, ConfigError, Loaded, LogFormat, RawSettings, Settings};
 use reaplet::cri::CriConfig;
 use reaplet::workers::PipelineConfig;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Exit code for an invalid configuration (BSD `EX_USAGE`).
+/// Exit code for an invalid configuration (BSD `EX_USAGE`); the unit's
+/// `RestartPreventExitStatus=64` keeps systemd from restarting a broken configuration.
 const EXIT_CONFIG: i32 = 64;
 
 #[derive(Parser)]
@@ -39,12 +49,16 @@ enum Command {
     Demo(DemoArgs),
 }
 
-/// Settings: flags > environment (REAPLET_*) > --config file > defaults.
+/// Settings: flags > environment (REAPLET_*) > --config file > the kubelet's file > defaults.
 #[derive(clap::Args, Default)]
 struct Flags {
-    /// YAML config file (the same settings in camelCase, as in KubeletConfiguration).
+    /// YAML config file: reaplet's own (kind ReapletConfiguration) or the kubelet's
+    /// (kind KubeletConfiguration, read for the settings that mean the same).
     #[arg(long, env = "REAPLET_CONFIG")]
     config: Option<PathBuf>,
+    /// The kubelet's config file (e.g. /var/lib/kubelet/config.yaml), below reaplet's own.
+    #[arg(long, env = "REAPLET_KUBELET_CONFIG")]
+    kubelet_config: Option<String>,
     /// kubeconfig for the API server (else the in-cluster service account).
     #[arg(long, env = "REAPLET_KUBECONFIG")]
     kubeconfig: Option<String>,
@@ -66,6 +80,9 @@ struct Flags {
     /// Default /.
     #[arg(long, env = "REAPLET_CGROUP_ROOT")]
     cgroup_root: Option<String>,
+    /// Whether the kubelet makes pod cgroups below kubepods and its QoS classes (default true).
+    #[arg(long, env = "REAPLET_CGROUPS_PER_QOS", num_args = 0..=1, default_missing_value = "true")]
+    cgroups_per_qos: Option<String>,
     /// Directory of static pod manifests.
     #[arg(long, env = "REAPLET_POD_MANIFEST_PATH")]
     pod_manifest_path: Option<String>,
@@ -99,12 +116,14 @@ impl Flags {
     fn raw(&self) -> RawSettings {
         RawSettings {
             kubeconfig: self.kubeconfig.clone(),
+            kubelet_config: self.kubelet_config.clone(),
             hostname_override: self.hostname_override.clone(),
             container_runtime_endpoint: self.container_runtime_endpoint.clone(),
             runtime_request_timeout: self.runtime_request_timeout.clone(),
             root_dir: self.root_dir.clone(),
             cgroup_driver: self.cgroup_driver.clone(),
             cgroup_root: self.cgroup_root.clone(),
+            cgroups_per_qos: self.cgroups_per_qos.clone(),
             pod_manifest_path: self.pod_manifest_path.clone(),
             file_check_frequency: self.file_check_frequency.clone(),
             kube_api_qps: self.kube_api_qps.clone(),
@@ -117,27 +136,33 @@ impl Flags {
         }
     }
 
-    /// Resolves and validates; an invalid value exits 64 naming the field.
-    fn settings(&self) -> Settings {
-        let file = match &self.config {
-            Some(p) => RawSettings::from_file(p),
-            None => Ok(RawSettings::default()),
-        };
-        match file.and_then(|f| config::resolve(self.raw().over(f))) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("reaplet: {e}");
-                std::process::exit(EXIT_CONFIG);
-            }
-        }
+    /// Reads the files, resolves and validates, and checks the API credentials; any problem
+    /// exits 64 naming the field.
+    async fn load(&self) -> (Loaded, Option<kube::Config>) {
+        let loaded =
+            config::load(self.raw(), self.config.as_deref()).unwrap_or_else(|e| exit_config(e));
+        let kube = api_config(&loaded.settings)
+            .await
+            .unwrap_or_else(|e| exit_config(e));
+        (loaded, kube)
     }
 }
 
 #[derive(clap::Args)]
 struct PodsArgs {
-    /// The agent's status endpoint.
-    #[arg(long, env = "REAPLET_METRICS_BIND_ADDRESS", default_value = config::DEFAULT_METRICS_ADDRESS)]
-    address: std::net::SocketAddr,
+    /// The config file `reaplet run` uses: its metricsBindAddress is the agent's endpoint.
+    #[arg(long, env = "REAPLET_CONFIG")]
+    config: Option<PathBuf>,
+    /// The kubelet's config file, as for `reaplet run`.
+    #[arg(long, env = "REAPLET_KUBELET_CONFIG")]
+    kubelet_config: Option<String>,
+    /// The agent's status endpoint (default: from the config, else 127.0.0.1:10258).
+    #[arg(
+        long,
+        alias = "metrics-bind-address",
+        env = "REAPLET_METRICS_BIND_ADDRESS"
+    )]
+    address: Option<String>,
 }
 
 #[cfg(feature = "testbed")]
@@ -151,8 +176,67 @@ struct DemoArgs {
     cgroup_root: String,
 }
 
+/// One line to stderr; a closed or broken stderr is ignored, never a panic (`eprintln!`
+/// panics on EPIPE).
+fn say(msg: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "reaplet: {msg}");
+}
+
+/// Exits 64 with one line (a multi-line cause, such as a YAML parser's source snippet, is cut
+/// to its first line).
+fn exit_config(e: ConfigError) -> ! {
+    let text = e.to_string();
+    say(text.lines().next().unwrap_or_default().trim_end());
+    std::process::exit(EXIT_CONFIG)
+}
+
+/// Writes a command's output to stdout; a reader that went away (EPIPE, as under
+/// `reaplet pods | head -1`) ends the output quietly.
+fn emit(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
+/// argv parsed; a usage error exits 64 with one line (clap's own exit code is 2).
+fn parse_args() -> Cli {
+    use clap::error::ErrorKind;
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            std::process::exit(0)
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => exit_config(ConfigError {
+            field: "command",
+            why: "missing: run, check, pods or version (reaplet --help)".into(),
+        }),
+        _ => {
+            // clap's message up to its usage block, on one line
+            let text = e.to_string();
+            let why: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let why = why.join("; ");
+            say(format!(
+                "invalid configuration: {} (reaplet --help)",
+                why.strip_prefix("error: ").unwrap_or(&why)
+            ));
+            std::process::exit(EXIT_CONFIG)
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_args();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -160,30 +244,32 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("reaplet: starting the async runtime: {e}");
+            say(format!("starting the async runtime: {e}"));
             std::process::exit(1);
         }
     };
     let r = rt.block_on(async move {
         match cli.command {
             Command::Version => {
-                #[cfg(feature = "test-hooks")]
-                println!(
-                    "reaplet {} (test-hooks: not for production)",
-                    env!("CARGO_PKG_VERSION")
+                let hooks =
+                    cfg!(feature = "test-hooks").then_some(" (test-hooks: not for production)");
+                let v = format!(
+                    "reaplet {}{}\n",
+                    env!("CARGO_PKG_VERSION"),
+                    hooks.unwrap_or("")
                 );
-                #[cfg(not(feature = "test-hooks"))]
-                println!("reaplet {}", env!("CARGO_PKG_VERSION"));
+                emit(&v).context("writing the output")?;
                 Ok(0)
             }
             Command::Run(flags) => {
-                let s = flags.settings();
-                init_logs(s.log_format);
-                run(s).await.map(|()| 0)
+                let (loaded, kube) = flags.load().await;
+                init_logs(loaded.settings.log_format);
+                log_config(&loaded);
+                run(loaded.settings, kube).await.map(|()| 0)
             }
             Command::Check(flags) => {
-                let s = flags.settings();
-                check(s).await
+                let (loaded, kube) = flags.load().await;
+                check(&loaded, kube).await
             }
             Command::Pods(args) => pods(args).await.map(|()| 0),
             #[cfg(feature = "testbed")]
@@ -196,9 +282,33 @@ fn main() {
     match r {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("reaplet: {e:#}");
+            say(format!("{e:#}"));
             std::process::exit(1);
         }
+    }
+}
+
+/// The start-up lines about where the settings came from.
+fn log_config(loaded: &Loaded) {
+    if let Some(k) = &loaded.kubelet {
+        tracing::info!(
+            file = %k.path.display(),
+            used = %k.used.join(","),
+            ignored = %k.ignored.join(","),
+            "kubelet configuration read; the fields reaplet does not use are ignored"
+        );
+        if let Some(dir) = &k.static_pod_path {
+            tracing::info!(
+                staticPodPath = %dir.display(),
+                "the kubelet's static pods are the kubelet's: reaplet runs a manifest directory only when podManifestPath names one"
+            );
+        }
+    }
+    if !loaded.settings.cgroups_per_qos {
+        tracing::warn!(
+            "cgroupsPerQOS is false: read but not yet honoured; reaplet still looks for pod \
+             cgroups below kubepods (the kubelet makes none)"
+        );
     }
 }
 
@@ -238,9 +348,12 @@ fn init_logs(format: LogFormat) {
         LogFormat::Auto => LogFormat::Text,
         f => f,
     };
+    // a write error (EPIPE on a closed stderr) drops the line: the default reports it with
+    // eprintln!, which panics on that same stderr, in whichever task logged
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Journald => builder
@@ -266,18 +379,28 @@ fn node_name(s: &Settings) -> Result<String> {
     }
 }
 
-/// The API client configuration, or `None` for static manifests only.
-async fn kube_config(s: &Settings) -> Result<Option<kube::Config>, String> {
-    match reaplet::api::client_config(s.kubeconfig.as_deref()).await {
-        Ok(c) => Ok(Some(c)),
-        Err(reaplet::api::ApiError::NoCredentials(_)) if s.pod_manifest_path.is_some() => Ok(None),
-        Err(e) => Err(e.to_string()),
-    }
+/// The API client configuration, or `None` for static manifests only; read before anything
+/// starts: an unreadable or invalid kubeconfig, or no credentials at all without a manifest
+/// directory, is a configuration error naming `kubeconfig`.
+async fn api_config(s: &Settings) -> Result<Option<kube::Config>, ConfigError> {
+    use reaplet::api::ApiError;
+    let why = match reaplet::api::client_config(s.kubeconfig.as_deref()).await {
+        Ok(c) => return Ok(Some(c)),
+        Err(ApiError::NoCredentials(_)) if s.pod_manifest_path.is_some() => return Ok(None),
+        Err(ApiError::Kubeconfig { path, source }) => format!("{path}: {source}"),
+        Err(ApiError::NoCredentials(e)) => format!(
+            "none given, not running in a cluster ({e}), and no podManifestPath to run from alone"
+        ),
+        Err(e) => e.to_string(),
+    };
+    Err(ConfigError {
+        field: "kubeconfig",
+        why,
+    })
 }
 
-async fn run(s: Settings) -> Result<()> {
+async fn run(s: Settings, kube: Option<kube::Config>) -> Result<()> {
     let node_name = node_name(&s)?;
-    let kube = kube_config(&s).await.map_err(anyhow::Error::msg)?;
     if kube.is_none() {
         tracing::info!("no API credentials: running from the manifest directory alone");
     }
@@ -352,33 +475,64 @@ async fn run(s: Settings) -> Result<()> {
     Ok(())
 }
 
-async fn check(s: Settings) -> Result<i32> {
-    let node = node_name(&s)?;
-    let kube = kube_config(&s).await;
-    let lines = reaplet::check::run(&s, &node, kube, &reaplet::check::HostPaths::default()).await;
-    println!("{:<17} {:<5} DETAIL", "CHECK", "");
+async fn check(loaded: &Loaded, kube: Option<kube::Config>) -> Result<i32> {
+    let s = &loaded.settings;
+    let node = node_name(s)?;
+    let lines =
+        reaplet::check::run(s, &node, Ok(kube), &reaplet::check::HostPaths::default()).await;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<17} {:<5} DETAIL", "CHECK", "");
+    if let Some(k) = &loaded.kubelet {
+        let (path, used, n) = (k.path.display(), k.used.join(", "), k.ignored.len());
+        let detail = format!("{path}: uses [{used}]; ignores {n} other fields");
+        let _ = writeln!(out, "{:<17} {:<5} {detail}", "kubelet config", "PASS");
+    }
     let mut failed = false;
     for l in &lines {
         failed |= l.outcome == reaplet::check::Outcome::Fail;
-        println!("{:<17} {:<5} {}", l.check, l.outcome.as_str(), l.detail);
+        let _ = writeln!(
+            out,
+            "{:<17} {:<5} {}",
+            l.check,
+            l.outcome.as_str(),
+            l.detail
+        );
     }
+    emit(&out).context("writing the output")?;
     Ok(if failed { 1 } else { 0 })
 }
 
+/// The agent's status endpoint: `--address`, else the config's metricsBindAddress (an
+/// unspecified address, as in 0.0.0.0:10258, is reached on loopback).
+fn agent_address(args: &PodsArgs) -> std::net::SocketAddr {
+    let raw = RawSettings {
+        metrics_bind_address: args.address.clone(),
+        kubelet_config: args.kubelet_config.clone(),
+        ..RawSettings::default()
+    };
+    let loaded = config::load(raw, args.config.as_deref()).unwrap_or_else(|e| exit_config(e));
+    let mut addr = loaded.settings.metrics_bind_address;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
+}
+
 async fn pods(args: PodsArgs) -> Result<()> {
-    let (code, body) = reaplet::server::fetch(args.address, "/pods")
+    let address = agent_address(&args);
+    let (code, body) = reaplet::server::fetch(address, "/pods")
         .await
-        .with_context(|| {
-            format!(
-                "no agent answering on {} (is reaplet running?)",
-                args.address
-            )
-        })?;
+        .with_context(|| format!("no agent answering on {address} (is reaplet running?)"))?;
     if code != 200 {
-        bail!("{}: HTTP {code}", args.address);
+        bail!("{address}: HTTP {code}");
     }
     let v: serde_json::Value = serde_json::from_str(&body).context("reading the agent's answer")?;
-    println!(
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "{:<40} {:<12} {:>6} {:>9} {:<8} {:<24} STEP",
         "POD", "STATE", "GRACE", "DEADLINE", "SOURCE", "REASONS"
     );
@@ -400,7 +554,8 @@ async fn pods(args: PodsArgs) -> Result<()> {
         } else {
             reasons.join(",")
         };
-        println!(
+        let _ = writeln!(
+            out,
             "{:<40} {:<12} {:>6} {:>9} {:<8} {:<24} {}",
             p["pod"].as_str().unwrap_or(""),
             p["state"].as_str().unwrap_or(""),
@@ -411,7 +566,7 @@ async fn pods(args: PodsArgs) -> Result<()> {
             p["step"].as_str().unwrap_or("")
         );
     }
-    Ok(())
+    emit(&out).context("writing the output")
 }
 
 #[cfg(feature = "testbed")]
@@ -422,12 +577,15 @@ async fn demo(args: DemoArgs) -> Result<()> {
         mountinfo: "/proc/self/mountinfo".into(),
     })
     .await?;
-    println!("runtime: {version}");
-    println!("pods came from a static manifest directory; the orphan had no manifest at all");
-    println!(
-        "times count from the start of each pod's termination (manifest removed / agent start)\n"
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "runtime: {version}\n\
+         pods came from a static manifest directory; the orphan had no manifest at all\n\
+         times count from the start of each pod's termination (manifest removed / agent start)\n"
     );
-    println!(
+    let _ = writeln!(
+        out,
         "{:<22} {:<17} {:>6} {:<10} {:>9} {:>5} {:>9}",
         "POD", "WHY", "GRACE", "CONTAINER", "STOPPED", "EXIT", "CLEANED"
     );
@@ -447,11 +605,15 @@ async fn demo(args: DemoArgs) -> Result<()> {
         } else {
             format!("{:.3}s", r.cleaned_after)
         };
-        println!(
+        let _ = writeln!(
+            out,
             "{:<22} {:<17} {:>5}s {:<10} {:>9} {:>5} {:>9}",
             r.pod, r.why, r.grace, r.container, stopped, exit, cleaned
         );
     }
-    println!("\nall pods terminated: containers and sandboxes stopped, pod cgroups removed");
-    Ok(())
+    let _ = writeln!(
+        out,
+        "\nall pods terminated: containers and sandboxes stopped, pod cgroups removed"
+    );
+    emit(&out).context("writing the output")
 }

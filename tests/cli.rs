@@ -1,6 +1,8 @@
-//! The binary as an operator meets it: configuration errors (exit 64, the field named),
-//! `reaplet check`, the status endpoint and its metrics, SIGTERM never killing pods, and the
-//! systemd unit. Privileged: runs containerd (needs root).
+//! The binary as an operator meets it: configuration errors (exit 64, the field named, one
+//! line), the kubelet's own config file, `reaplet check`, `reaplet pods` through the config file,
+//! a closed stdout or stderr (EPIPE), the status endpoint and its metrics, SIGTERM never killing
+//! pods, and the systemd unit with the node's own credentials. Privileged: runs containerd
+//! (needs root).
 
 mod common;
 
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 /// (flag, file key, invalid value)
 const INVALID: &[(&str, &str, &str)] = &[
     ("--kubeconfig", "kubeconfig", "relative/kubeconfig"),
+    ("--kubelet-config", "kubeletConfig", "relative/config.yaml"),
     ("--hostname-override", "hostnameOverride", "Not_A_Node!"),
     (
         "--container-runtime-endpoint",
@@ -26,6 +29,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("--root-dir", "rootDir", "var/lib/kubelet"),
     ("--cgroup-driver", "cgroupDriver", "openrc"),
     ("--cgroup-root", "cgroupRoot", "../escape"),
+    ("--cgroups-per-qos", "cgroupsPerQOS", "maybe"),
     ("--pod-manifest-path", "podManifestPath", "manifests"),
     ("--file-check-frequency", "fileCheckFrequency", "1ns"),
     ("--kube-api-qps", "kubeAPIQPS", "-3"),
@@ -53,6 +57,7 @@ fn every_invalid_config_field_exits_64_naming_it() {
             err.contains(field),
             "{flag} {value}: the message does not name {field}: {err}"
         );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
         // in the config file
         let f = dir.path().join(format!("{field}.yaml"));
         std::fs::write(&f, format!("{field}: \"{value}\"\n")).unwrap();
@@ -242,7 +247,8 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
             && row(&out, "runtime").contains("/nonexistent/containerd.sock"),
         "{out}"
     );
-    // a kubeconfig that is not one
+    // a kubeconfig that is not one is a configuration error: exit 64 before any check
+    // (an_unreadable_or_invalid_kubeconfig_exits_64_before_anything_starts)
     let bad = root.path().join("bad-kubeconfig");
     std::fs::write(&bad, "this: is not: a kubeconfig\n").unwrap();
     let (code, out) = check(
@@ -250,12 +256,8 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
         root.path(),
         &["--kubeconfig", &bad.display().to_string()],
     );
-    assert_eq!(code, 1);
-    assert!(
-        row(&out, "kubeconfig").contains("FAIL")
-            && row(&out, "kubeconfig").contains("bad-kubeconfig"),
-        "{out}"
-    );
+    assert_eq!(code, 64);
+    assert!(out.is_empty(), "{out}");
     // missing permissions
     api.deny("delete", "pods");
     api.deny("patch", "pods/status");
@@ -486,4 +488,106 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
         msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
     }
     assert!(child.wait().unwrap().success());
+}
+
+/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer.into()
+}
+
+/// An agent whose stderr is a closed pipe (every log line fails with EPIPE) keeps working,
+/// `reaplet pods` finds it through the same config file (also with a closed stdout), and
+/// SIGTERM still stops it promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stderr_neither_panics_nor_stops_sigterm_and_pods_reads_the_config() {
+    let tb = Testbed::start(repo(), "cli-epipe");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let t = PodTemplate::new("piped", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    launch(&tb, &t).await.unwrap();
+    api.create_pod(t.api_object());
+    let addr = free_port();
+    // metricsBindAddress only in the file: `reaplet pods` must read it from there
+    let config = root.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nkubeconfig: {}\nmetricsBindAddress: {addr}\nlogFormat: text\n",
+            kc.display()
+        ),
+    )
+    .unwrap();
+    let mut child = reaplet_run(&tb, root.path())
+        .arg("--config")
+        .arg(&config)
+        .stdout(closed_pipe())
+        .stderr(closed_pipe())
+        .spawn()
+        .unwrap();
+    let _guard = KillOnDrop(child.id());
+    let start = Instant::now();
+    loop {
+        if let Ok((200, _)) = reaplet::server::fetch(addr, "/readyz").await {
+            break;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("reaplet with a closed stderr exited: {st:?}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pods = || {
+        let mut c = reaplet();
+        c.args(["pods", "--config"]).arg(&config);
+        c
+    };
+    let out = pods().output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("default/piped"), "{text}");
+    // the same through the environment, as `reaplet run` reads it
+    let out = reaplet()
+        .arg("pods")
+        .env("REAPLET_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("default/piped"));
+    // `reaplet pods | head -0`: the reader is gone before the first line
+    let out = pods().stdout(closed_pipe()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // a deletion makes the agent log (to its closed stderr) all the way through
+    api.delete_pod("default", "piped", None);
+    let start = Instant::now();
+    while api.get_pod("default", "piped").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "pod never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(child.try_wait().unwrap().is_none(), "reaplet exited");
+    unsafe_free_sigterm(child.id());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        // the agent's own stop bound (5 s) and a margin for a loaded machine
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "SIGTERM ignored with a closed stderr"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
 }

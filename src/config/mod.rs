@@ -1,0 +1,528 @@
+//! Configuration: the kubelet's flags and `KubeletConfiguration` file for the settings reaplet
+//! shares with it (same names: flags in kebab-case, file keys in camelCase), plus reaplet's own
+//! settings in a file of its own kind (`apiVersion: reaplet.io/v1alpha1`,
+//! `kind: ReapletConfiguration`). Counterpart of the kubelet's `cmd/kubelet/app/options` and
+//! `pkg/kubelet/apis/config` (loading, defaulting, validation).
+//!
+//! Invariants:
+//! * precedence is flags > environment (`REAPLET_*`) > reaplet's file > the kubelet's file >
+//!   defaults; the caller (the binary) merges flags and environment into one [`RawSettings`]
+//!   layer, since only it reads argv and the environment; [`load`] reads the files;
+//! * a file is reaplet's own kind (also when it has neither `apiVersion` nor `kind`, as before
+//!   kinds existed) or an unmodified `KubeletConfiguration` ([`kubelet`]); any other kind is an
+//!   error naming `kind`;
+//! * everything is parsed and validated here, before anything starts; an invalid value is a
+//!   [`ConfigError`] naming the field (file key, or the kubelet's field path such as
+//!   `logging.format`) and why; the binary exits with code 64;
+//! * unknown keys in reaplet's own file are errors; in the kubelet's file, the fields reaplet
+//!   does not use are returned ([`KubeletSummary::ignored`]) for one info line.
+
+pub mod kubelet;
+mod values;
+
+use crate::cgroups::{CgroupDriver, CgroupNaming};
+pub use kubelet::{KubeletFile, PodPriorityGrace, ShutdownSettings};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+pub use values::parse_duration;
+use values::{abs_path, boolean, duration, is_dns_subdomain, positive_f64, positive_u32};
+
+/// reaplet's own file kind.
+pub const REAPLET_API_VERSION: &str = "reaplet.io/v1alpha1";
+pub const REAPLET_KIND: &str = "ReapletConfiguration";
+/// The kubelet's file kind (`k8s.io/kubelet/config/v1beta1`).
+pub const KUBELET_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub const KUBELET_KIND: &str = "KubeletConfiguration";
+
+/// An invalid setting: `field` is the file key (the flag is its kebab-case form), `config` for
+/// a file that cannot be read or parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {field}: {why}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub why: String,
+}
+
+fn err(field: &'static str, why: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field,
+        why: why.into(),
+    }
+}
+
+/// One layer of unparsed settings (flags+environment, reaplet's file, or what the kubelet's
+/// file says about the same settings).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSettings {
+    pub kubeconfig: Option<String>,
+    /// The kubelet's own config file, read for the settings that mean the same.
+    pub kubelet_config: Option<String>,
+    pub hostname_override: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub runtime_request_timeout: Option<String>,
+    pub root_dir: Option<String>,
+    pub cgroup_driver: Option<String>,
+    pub cgroup_root: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: Option<String>,
+    pub pod_manifest_path: Option<String>,
+    pub file_check_frequency: Option<String>,
+    #[serde(rename = "kubeAPIQPS")]
+    pub kube_api_qps: Option<String>,
+    #[serde(rename = "kubeAPIBurst")]
+    pub kube_api_burst: Option<String>,
+    #[serde(rename = "eventRecordQPS")]
+    pub event_qps: Option<String>,
+    pub event_burst: Option<String>,
+    pub metrics_bind_address: Option<String>,
+    pub log_format: Option<String>,
+    pub volume_unmount_timeout: Option<String>,
+}
+
+/// A config file: reaplet's own kind, or the kubelet's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigFile {
+    Reaplet(RawSettings),
+    Kubelet(KubeletFile),
+}
+
+/// A file's top-level mapping (empty for an empty file). Scalars keep their YAML types.
+fn read_mapping(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+    if text.trim().is_empty() {
+        return Ok(serde_json::Map::new());
+    }
+    let value: serde_json::Value = serde_saphyr::from_str_with_options(&text, yaml_options())
+        .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+    match value {
+        serde_json::Value::Object(m) => Ok(m),
+        serde_json::Value::Null => Ok(serde_json::Map::new()),
+        _ => Err(err("config", format!("{}: not a mapping", path.display()))),
+    }
+}
+
+impl ConfigFile {
+    /// Reads a YAML config file of either kind.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let mut mapping = read_mapping(path)?;
+        let mut header = |key: &'static str| match mapping.remove(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(err(key, format!("{}: must be a string", path.display()))),
+        };
+        let api_version = header("apiVersion")?;
+        let kind = header("kind")?;
+        let want = |want: &str, kind: &str| match api_version.as_deref() {
+            Some(v) if v == want => Ok(()),
+            Some(v) => Err(err(
+                "apiVersion",
+                format!("{}: {v:?}: {kind} is {want}", path.display()),
+            )),
+            None => Err(err(
+                "apiVersion",
+                format!("{}: missing (a {kind} is {want})", path.display()),
+            )),
+        };
+        match kind.as_deref() {
+            // a file from before kinds existed is reaplet's own
+            None if api_version.is_none() => {
+                Ok(Self::Reaplet(RawSettings::from_mapping(mapping, path)?))
+            }
+            Some(REAPLET_KIND) => {
+                want(REAPLET_API_VERSION, REAPLET_KIND)?;
+                Ok(Self::Reaplet(RawSettings::from_mapping(mapping, path)?))
+            }
+            Some(KUBELET_KIND) => {
+                want(KUBELET_API_VERSION, KUBELET_KIND)?;
+                Ok(Self::Kubelet(KubeletFile::from_mapping(mapping, path)?))
+            }
+            None => Err(err(
+                "kind",
+                format!(
+                    "{}: missing ({REAPLET_KIND} or {KUBELET_KIND})",
+                    path.display()
+                ),
+            )),
+            Some(o) => Err(err(
+                "kind",
+                format!(
+                    "{}: {o:?} is neither {REAPLET_KIND} nor {KUBELET_KIND}",
+                    path.display()
+                ),
+            )),
+        }
+    }
+}
+
+impl RawSettings {
+    /// Reads reaplet's own config file (a `KubeletConfiguration` is an error naming `kind`:
+    /// see [`ConfigFile::read`] and [`load`] for both kinds).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        match ConfigFile::read(path)? {
+            ConfigFile::Reaplet(r) => Ok(r),
+            ConfigFile::Kubelet(_) => Err(err(
+                "kind",
+                format!("{}: a {KUBELET_KIND}, not a {REAPLET_KIND}", path.display()),
+            )),
+        }
+    }
+
+    /// Numbers and booleans are accepted as YAML scalars and parsed like flags.
+    fn from_mapping(
+        mapping: serde_json::Map<String, serde_json::Value>,
+        path: &Path,
+    ) -> Result<Self, ConfigError> {
+        let mut strings = serde_json::Map::new();
+        for (key, v) in mapping {
+            let s = match v {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                serde_json::Value::Null => continue,
+                _ => {
+                    return Err(err(known_field(&key), "must be a single value"));
+                }
+            };
+            strings.insert(key, serde_json::Value::String(s));
+        }
+        serde_json::from_value(serde_json::Value::Object(strings))
+            .map_err(|e| err("config", format!("{}: {e}", path.display())))
+    }
+
+    /// `self` over `lower`: each field set here wins.
+    pub fn over(self, lower: RawSettings) -> RawSettings {
+        macro_rules! pick {
+            ($($f:ident),*) => { RawSettings { $($f: self.$f.or(lower.$f)),* } };
+        }
+        every_field!(pick)
+    }
+
+    /// The fields of `self` that `upper` does not set.
+    fn unless_set_in(self, upper: &RawSettings) -> RawSettings {
+        macro_rules! keep {
+            ($($f:ident),*) => { RawSettings { $($f: self.$f.filter(|_| upper.$f.is_none())),* } };
+        }
+        every_field!(keep)
+    }
+}
+
+/// Applies macro `$m` to the list of every [`RawSettings`] field.
+macro_rules! every_field {
+    ($m:ident) => {
+        $m!(
+            kubeconfig,
+            kubelet_config,
+            hostname_override,
+            container_runtime_endpoint,
+            runtime_request_timeout,
+            root_dir,
+            cgroup_driver,
+            cgroup_root,
+            cgroups_per_qos,
+            pod_manifest_path,
+            file_check_frequency,
+            kube_api_qps,
+            kube_api_burst,
+            event_qps,
+            event_burst,
+            metrics_bind_address,
+            log_format,
+            volume_unmount_timeout
+        )
+    };
+}
+use every_field;
+
+/// How reaplet reads YAML (the config file and static pod manifests) with `serde-saphyr`:
+/// scalars are inferred as `serde_yaml` 0.9 did (YAML 1.2 core: `yes`, `012`, `1_000` stay
+/// strings; `.inf`/`.nan` stay strings, so they fail as numbers naming their field), duplicate
+/// keys are errors, and messages are one line (no source snippet) for logs and exit messages.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        non_finite_float_policy: serde_saphyr::options::NonFiniteFloatPolicy::AsString,
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        with_snippet: false,
+    }
+}
+
+/// The keys of reaplet's own file.
+pub const FIELDS: &[&str] = &[
+    "kubeconfig",
+    "kubeletConfig",
+    "hostnameOverride",
+    "containerRuntimeEndpoint",
+    "runtimeRequestTimeout",
+    "rootDir",
+    "cgroupDriver",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "podManifestPath",
+    "fileCheckFrequency",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "eventRecordQPS",
+    "eventBurst",
+    "metricsBindAddress",
+    "logFormat",
+    "volumeUnmountTimeout",
+];
+
+/// Known field names, for errors about a key that is not a field.
+fn known_field(key: &str) -> &'static str {
+    FIELDS
+        .iter()
+        .find(|f| **f == key)
+        .copied()
+        .unwrap_or("config")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable, with colours on a terminal.
+    Text,
+    Json,
+    /// Plain lines with syslog level prefixes, no timestamps (journald adds its own).
+    Journald,
+    /// journald when started by systemd with the journal on stderr, else text.
+    Auto,
+}
+
+/// Resolved and validated settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubelet's config file the kubelet-shared settings were read from, if any.
+    pub kubelet_config: Option<PathBuf>,
+    /// The node name (already lower-cased); `None`: the caller uses the host name.
+    pub hostname_override: Option<String>,
+    pub container_runtime_endpoint: String,
+    pub runtime_request_timeout: Duration,
+    pub root_dir: PathBuf,
+    /// `None`: detect from the runtime, then the host.
+    pub cgroup_driver: Option<CgroupDriver>,
+    pub cgroup_root: String,
+    /// The kubelet's `cgroupsPerQOS`: pod cgroups below `kubepods` and its QoS classes (the
+    /// default); `false`: the kubelet makes no pod cgroups at all.
+    pub cgroups_per_qos: bool,
+    pub pod_manifest_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+    pub kube_api_qps: f64,
+    pub kube_api_burst: u32,
+    pub event_qps: f64,
+    pub event_burst: u32,
+    pub metrics_bind_address: SocketAddr,
+    pub log_format: LogFormat,
+    pub volume_unmount_timeout: Duration,
+    /// Graceful node shutdown (the kubelet's `shutdownGracePeriod*`, from its file only).
+    pub shutdown: ShutdownSettings,
+}
+
+/// The default metrics and status address (loopback only).
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:10258";
+
+/// Resolves one merged layer (flags > environment > file, see [`RawSettings::over`]) into
+/// validated settings.
+pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
+    let kubeconfig = raw
+        .kubeconfig
+        .map(|v| abs_path("kubeconfig", &v))
+        .transpose()?;
+    let kubelet_config = raw
+        .kubelet_config
+        .map(|v| abs_path("kubeletConfig", &v))
+        .transpose()?;
+    let hostname_override = match raw.hostname_override {
+        Some(h) => {
+            let h = h.trim().to_lowercase();
+            if !is_dns_subdomain(&h) {
+                return Err(err(
+                    "hostnameOverride",
+                    format!("{h:?} is not a valid node name (DNS subdomain)"),
+                ));
+            }
+            Some(h)
+        }
+        None => None,
+    };
+    let endpoint = raw
+        .container_runtime_endpoint
+        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+    crate::cri::socket_path(&endpoint)
+        .map_err(|e| err("containerRuntimeEndpoint", e.to_string()))?;
+    let runtime_request_timeout = duration(
+        "runtimeRequestTimeout",
+        raw.runtime_request_timeout,
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+    )?;
+    let root_dir = abs_path(
+        "rootDir",
+        raw.root_dir.as_deref().unwrap_or("/var/lib/kubelet"),
+    )?;
+    let cgroup_driver = match raw.cgroup_driver.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some("cgroupfs") => Some(CgroupDriver::Cgroupfs),
+        Some("systemd") => Some(CgroupDriver::Systemd),
+        Some(o) => {
+            return Err(err(
+                "cgroupDriver",
+                format!("{o:?}: must be cgroupfs or systemd"),
+            ));
+        }
+    };
+    let cgroup_root = raw.cgroup_root.unwrap_or_else(|| "/".into());
+    CgroupNaming::new(
+        cgroup_driver.unwrap_or(CgroupDriver::Cgroupfs),
+        &cgroup_root,
+    )
+    .map_err(|e| err("cgroupRoot", e.to_string()))?;
+    let cgroups_per_qos = boolean("cgroupsPerQOS", raw.cgroups_per_qos, true)?;
+    let pod_manifest_path = raw
+        .pod_manifest_path
+        .map(|v| abs_path("podManifestPath", &v))
+        .transpose()?;
+    let file_check_frequency = duration(
+        "fileCheckFrequency",
+        raw.file_check_frequency,
+        Duration::from_secs(1),
+        Duration::from_millis(100),
+    )?;
+    let metrics = raw
+        .metrics_bind_address
+        .unwrap_or_else(|| DEFAULT_METRICS_ADDRESS.into());
+    let metrics_bind_address: SocketAddr = metrics.trim().parse().map_err(|_| {
+        err(
+            "metricsBindAddress",
+            format!("{metrics:?} is not an address like 127.0.0.1:10258"),
+        )
+    })?;
+    let log_format = match raw.log_format.as_deref().map(str::trim) {
+        None | Some("auto") => LogFormat::Auto,
+        Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some("journald") => LogFormat::Journald,
+        Some(o) => {
+            return Err(err(
+                "logFormat",
+                format!("{o:?}: must be auto, text, json or journald"),
+            ));
+        }
+    };
+    Ok(Settings {
+        kubeconfig,
+        kubelet_config,
+        hostname_override,
+        container_runtime_endpoint: endpoint,
+        runtime_request_timeout,
+        root_dir,
+        cgroup_driver,
+        cgroup_root,
+        cgroups_per_qos,
+        pod_manifest_path,
+        file_check_frequency,
+        kube_api_qps: positive_f64("kubeAPIQPS", raw.kube_api_qps, 100.0)?,
+        kube_api_burst: positive_u32("kubeAPIBurst", raw.kube_api_burst, 200)?,
+        event_qps: positive_f64("eventRecordQPS", raw.event_qps, 10.0)?,
+        event_burst: positive_u32("eventBurst", raw.event_burst, 50)?,
+        metrics_bind_address,
+        log_format,
+        volume_unmount_timeout: duration(
+            "volumeUnmountTimeout",
+            raw.volume_unmount_timeout,
+            Duration::from_secs(123),
+            Duration::from_secs(1),
+        )?,
+        shutdown: ShutdownSettings::default(),
+    })
+}
+
+/// What was read from the kubelet's file, for the start-up log line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletSummary {
+    pub path: PathBuf,
+    /// The kubelet fields reaplet honoured (present in the file with a non-default value).
+    pub used: Vec<&'static str>,
+    /// The fields present that reaplet does not use (nested ones as `logging.verbosity`).
+    pub ignored: Vec<String>,
+    /// The kubelet's `staticPodPath`: the kubelet's static pods, never reaplet's to run.
+    pub static_pod_path: Option<PathBuf>,
+}
+
+/// Validated settings and where the kubelet-shared ones came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub settings: Settings,
+    pub kubelet: Option<KubeletSummary>,
+}
+
+/// Reads the files and resolves every layer: `flags_env` (flags over environment) > the
+/// `config` file (reaplet's own kind) > the kubelet's file > defaults.
+///
+/// The kubelet's file is `config` itself when that is a `KubeletConfiguration`, else the
+/// `kubeletConfig` setting (flag `--kubelet-config`, `REAPLET_KUBELET_CONFIG`, or the key in
+/// reaplet's file); naming one both ways is an error naming `kubeletConfig`.
+pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let (own, mut kubelet) = match config {
+        None => (RawSettings::default(), None),
+        Some(path) => match ConfigFile::read(path)? {
+            ConfigFile::Reaplet(r) => (r, None),
+            ConfigFile::Kubelet(k) => (RawSettings::default(), Some((path.to_path_buf(), k))),
+        },
+    };
+    let upper = flags_env.over(own);
+    if let Some(named) = &upper.kubelet_config {
+        if let Some((path, _)) = &kubelet {
+            return Err(err(
+                "kubeletConfig",
+                format!(
+                    "{named:?} given, but --config {} is itself a {KUBELET_KIND}: give reaplet's \
+                     own file as --config, or leave kubeletConfig out",
+                    path.display()
+                ),
+            ));
+        }
+        let path = abs_path("kubeletConfig", named)?;
+        match ConfigFile::read(&path)? {
+            ConfigFile::Kubelet(k) => kubelet = Some((path, k)),
+            ConfigFile::Reaplet(_) => {
+                return Err(err(
+                    "kind",
+                    format!(
+                        "{}: kubeletConfig names a file that is not a {KUBELET_KIND}",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    let Some((path, file)) = kubelet else {
+        return Ok(Loaded {
+            settings: resolve(upper)?,
+            kubelet: None,
+        });
+    };
+    // the kubelet's values alone first, so an error names the kubelet's field and file
+    file.validate(&upper, &path)?;
+    let mut settings = resolve(upper.over(file.raw.clone()))?;
+    settings.kubelet_config = Some(path.clone());
+    settings.shutdown = file.shutdown.clone();
+    Ok(Loaded {
+        settings,
+        kubelet: Some(KubeletSummary {
+            path,
+            used: file.used.clone(),
+            ignored: file.ignored.clone(),
+            static_pod_path: file.static_pod_path.clone(),
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,310 @@
+//! Unit tests of the config module (layers, reaplet's own file, kinds).
+use super::*;
+
+fn raw() -> RawSettings {
+    RawSettings::default()
+}
+
+#[test]
+fn defaults_are_valid() {
+    let s = resolve(raw()).unwrap();
+    assert_eq!(s.root_dir, PathBuf::from("/var/lib/kubelet"));
+    assert_eq!(
+        s.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(s.metrics_bind_address.to_string(), DEFAULT_METRICS_ADDRESS);
+    assert!(s.metrics_bind_address.ip().is_loopback());
+    assert_eq!(s.cgroup_driver, None);
+    assert_eq!(s.kube_api_qps, 100.0);
+}
+
+/// Every field, with an invalid value, fails naming that field.
+pub const INVALID: &[(&str, &str)] = &[
+    ("kubeconfig", "relative/kubeconfig"),
+    ("kubeletConfig", "relative/config.yaml"),
+    ("hostnameOverride", "Not_A_Node!"),
+    ("containerRuntimeEndpoint", "tcp://10.0.0.1:1234"),
+    ("runtimeRequestTimeout", "soon"),
+    ("rootDir", "var/lib/kubelet"),
+    ("cgroupDriver", "openrc"),
+    ("cgroupRoot", "../escape"),
+    ("cgroupsPerQOS", "maybe"),
+    ("podManifestPath", "manifests"),
+    ("fileCheckFrequency", "1ns"),
+    ("kubeAPIQPS", "-3"),
+    ("kubeAPIBurst", "0"),
+    ("eventRecordQPS", "many"),
+    ("eventBurst", "-1"),
+    ("metricsBindAddress", "localhost"),
+    ("logFormat", "xml"),
+    ("volumeUnmountTimeout", "0s"),
+];
+
+fn set(field: &str, v: &str) -> RawSettings {
+    let mut r = raw();
+    let v = Some(v.to_string());
+    match field {
+        "kubeconfig" => r.kubeconfig = v,
+        "kubeletConfig" => r.kubelet_config = v,
+        "hostnameOverride" => r.hostname_override = v,
+        "containerRuntimeEndpoint" => r.container_runtime_endpoint = v,
+        "runtimeRequestTimeout" => r.runtime_request_timeout = v,
+        "rootDir" => r.root_dir = v,
+        "cgroupDriver" => r.cgroup_driver = v,
+        "cgroupRoot" => r.cgroup_root = v,
+        "cgroupsPerQOS" => r.cgroups_per_qos = v,
+        "podManifestPath" => r.pod_manifest_path = v,
+        "fileCheckFrequency" => r.file_check_frequency = v,
+        "kubeAPIQPS" => r.kube_api_qps = v,
+        "kubeAPIBurst" => r.kube_api_burst = v,
+        "eventRecordQPS" => r.event_qps = v,
+        "eventBurst" => r.event_burst = v,
+        "metricsBindAddress" => r.metrics_bind_address = v,
+        "logFormat" => r.log_format = v,
+        "volumeUnmountTimeout" => r.volume_unmount_timeout = v,
+        _ => panic!("unknown field {field}"),
+    }
+    r
+}
+
+#[test]
+fn every_invalid_field_is_named() {
+    for (field, value) in INVALID {
+        let e = resolve(set(field, value)).unwrap_err();
+        assert_eq!(e.field, *field, "{value:?}: {e}");
+        assert!(e.to_string().contains(field));
+    }
+}
+
+#[test]
+fn precedence_flags_over_env_over_file_over_defaults() {
+    let file = RawSettings {
+        root_dir: Some("/file".into()),
+        cgroup_root: Some("/f".into()),
+        log_format: Some("json".into()),
+        ..raw()
+    };
+    let env = RawSettings {
+        root_dir: Some("/env".into()),
+        cgroup_root: Some("/e".into()),
+        ..raw()
+    };
+    let flags = RawSettings {
+        root_dir: Some("/flag".into()),
+        ..raw()
+    };
+    let s = resolve(flags.over(env.over(file))).unwrap();
+    assert_eq!(s.root_dir, PathBuf::from("/flag"));
+    assert_eq!(s.cgroup_root, "/e");
+    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(s.file_check_frequency, Duration::from_secs(1), "default");
+}
+
+#[test]
+fn config_file_in_camel_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.yaml");
+    std::fs::write(&f, "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nrootDir: /srv/kubelet\nkubeAPIQPS: 50\nkubeAPIBurst: 100\ncgroupDriver: systemd\nruntimeRequestTimeout: 1m30s\n").unwrap();
+    let s = resolve(RawSettings::from_file(&f).unwrap()).unwrap();
+    assert_eq!(s.root_dir, PathBuf::from("/srv/kubelet"));
+    assert_eq!(s.kube_api_qps, 50.0);
+    assert_eq!(s.kube_api_burst, 100);
+    assert_eq!(s.cgroup_driver, Some(CgroupDriver::Systemd));
+    assert_eq!(s.runtime_request_timeout, Duration::from_secs(90));
+    std::fs::write(&f, "rootDirr: /x\n").unwrap();
+    let e = RawSettings::from_file(&f).unwrap_err();
+    assert!(e.why.contains("rootDirr"), "{e}");
+    std::fs::write(&f, "rootDir: [a, b]\n").unwrap();
+    assert_eq!(RawSettings::from_file(&f).unwrap_err().field, "rootDir");
+    assert_eq!(
+        RawSettings::from_file(&dir.path().join("missing"))
+            .unwrap_err()
+            .field,
+        "config"
+    );
+}
+
+#[test]
+fn config_scalars_are_read_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.yaml");
+    let read = |text: &str| {
+        std::fs::write(&f, text).unwrap();
+        RawSettings::from_file(&f)
+    };
+    // YAML 1.1 booleans, leading zeros and underscores are strings, as written
+    let r = read("hostnameOverride: yes\nkubeAPIBurst: 012\neventBurst: 1_000\n").unwrap();
+    assert_eq!(r.hostname_override.as_deref(), Some("yes"));
+    assert_eq!(r.kube_api_burst.as_deref(), Some("012"));
+    assert_eq!(r.event_burst.as_deref(), Some("1_000"));
+    let r = read("kubeAPIQPS: 2.5\nkubeAPIBurst: 7\nlogFormat: ~\n").unwrap();
+    assert_eq!(r.kube_api_qps.as_deref(), Some("2.5"));
+    assert_eq!(r.kube_api_burst.as_deref(), Some("7"));
+    assert_eq!(r.log_format, None);
+    // a non-finite float is a string that fails as a number, naming its field
+    let e = resolve(read("kubeAPIQPS: .inf\n").unwrap()).unwrap_err();
+    assert_eq!(e.field, "kubeAPIQPS", "{e}");
+    // duplicate keys, a non-mapping and broken YAML: one-line errors about the file
+    for text in ["rootDir: /a\nrootDir: /b\n", "- a\n", "rootDir: [a\n"] {
+        let e = read(text).unwrap_err();
+        assert_eq!(e.field, "config", "{text:?}: {e}");
+        assert!(!e.to_string().contains('\n'), "{text:?}: {e}");
+    }
+    assert_eq!(read("# nothing\n").unwrap(), RawSettings::default());
+    assert_eq!(read("rootDir: {a: b}\n").unwrap_err().field, "rootDir");
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+    assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+    assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+    assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+    // Go's time.Duration.String() forms, as the kubelet's file has them
+    assert_eq!(
+        parse_duration("4h0m0s").unwrap(),
+        Duration::from_secs(4 * 3600)
+    );
+    assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+    assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+    assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+    assert_eq!(parse_duration("250µs").unwrap(), Duration::from_micros(250));
+    assert_eq!(parse_duration("10ns").unwrap(), Duration::from_nanos(10));
+    for bad in ["", "s", "1x", "-1s", "1e999s", "abc"] {
+        assert!(parse_duration(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn every_file_key_has_an_invalid_case() {
+    let mut named: Vec<&str> = INVALID.iter().map(|(f, _)| *f).collect();
+    let mut fields = FIELDS.to_vec();
+    named.sort();
+    fields.sort();
+    assert_eq!(named, fields);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let f = dir.join(name);
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
+const KUBELET_HEADER: &str =
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+#[test]
+fn file_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // no header: reaplet's own, as before kinds existed
+    let f = write(d, "a.yaml", "rootDir: /srv\n");
+    assert!(
+        matches!(ConfigFile::read(&f).unwrap(), ConfigFile::Reaplet(r) if r.root_dir.as_deref() == Some("/srv"))
+    );
+    let f = write(
+        d,
+        "b.yaml",
+        "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nrootDir: /srv\n",
+    );
+    assert!(matches!(
+        ConfigFile::read(&f).unwrap(),
+        ConfigFile::Reaplet(_)
+    ));
+    let f = write(d, "c.yaml", &format!("{KUBELET_HEADER}staticPodPath: /m\n"));
+    assert!(matches!(
+        ConfigFile::read(&f).unwrap(),
+        ConfigFile::Kubelet(_)
+    ));
+    assert_eq!(RawSettings::from_file(&f).unwrap_err().field, "kind");
+    for (text, field) in [
+        ("apiVersion: v1\nkind: Pod\n", "kind"),
+        (
+            "apiVersion: reaplet.io/v1\nkind: ReapletConfiguration\n",
+            "apiVersion",
+        ),
+        ("kind: KubeletConfiguration\n", "apiVersion"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",
+            "apiVersion",
+        ),
+        ("apiVersion: reaplet.io/v1alpha1\n", "kind"),
+        ("apiVersion: reaplet.io/v1alpha1\nkind: [a]\n", "kind"),
+        // unknown keys in reaplet's own kind stay errors
+        (
+            "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nstaticPodPath: /m\n",
+            "config",
+        ),
+    ] {
+        let f = write(d, "x.yaml", text);
+        let e = ConfigFile::read(&f).unwrap_err();
+        assert_eq!(e.field, field, "{text:?}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn load_layers_flags_env_reaplet_file_kubelet_file_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubelet = write(
+        d,
+        "kubelet.yaml",
+        &format!(
+            "{KUBELET_HEADER}staticPodPath: /k/manifests\ncgroupRoot: /k\nkubeAPIQPS: 7\nkubeAPIBurst: 9\ncgroupDriver: cgroupfs\nshutdownGracePeriod: 30s\n"
+        ),
+    );
+    let own = write(
+        d,
+        "reaplet.yaml",
+        &format!(
+            "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nkubeletConfig: {}\ncgroupRoot: /r\nkubeAPIQPS: 8\n",
+            kubelet.display()
+        ),
+    );
+    let flags_env = RawSettings {
+        cgroup_root: Some("/flag".into()),
+        ..RawSettings::default()
+    };
+    let l = load(flags_env, Some(&own)).unwrap();
+    let s = &l.settings;
+    assert_eq!(s.cgroup_root, "/flag", "flags over both files");
+    assert_eq!(s.kube_api_qps, 8.0, "reaplet's file over the kubelet's");
+    assert_eq!(s.kube_api_burst, 9, "the kubelet's file over the defaults");
+    assert_eq!(
+        s.pod_manifest_path, None,
+        "the kubelet's staticPodPath is not reaplet's"
+    );
+    assert_eq!(s.shutdown.grace_period, Duration::from_secs(30));
+    assert_eq!(s.event_burst, 50, "default");
+    assert_eq!(s.kubelet_config.as_deref(), Some(kubelet.as_path()));
+    assert_eq!(l.kubelet.unwrap().path, kubelet);
+    // the kubelet's file as --config itself
+    let l = load(RawSettings::default(), Some(&kubelet)).unwrap();
+    assert_eq!(l.settings.cgroup_root, "/k");
+    // --kubelet-config with the kubelet's file as --config: which one is meant is unclear
+    let flags_env = RawSettings {
+        kubelet_config: Some(kubelet.display().to_string()),
+        ..RawSettings::default()
+    };
+    assert_eq!(
+        load(flags_env.clone(), Some(&kubelet)).unwrap_err().field,
+        "kubeletConfig"
+    );
+    // --kubelet-config alone
+    assert_eq!(load(flags_env, None).unwrap().settings.kube_api_qps, 7.0);
+    // kubeletConfig naming reaplet's own kind, a missing file, a relative path
+    for (named, field) in [
+        (own.display().to_string(), "kind"),
+        ("/nonexistent/config.yaml".to_string(), "config"),
+        ("relative.yaml".to_string(), "kubeletConfig"),
+    ] {
+        let flags_env = RawSettings {
+            kubelet_config: Some(named.clone()),
+            ..RawSettings::default()
+        };
+        let e = load(flags_env, None).unwrap_err();
+        assert_eq!(e.field, field, "{named}: {e}");
+    }
+}

@@ -1,0 +1,396 @@
+//! Configuration as an operator meets it, through the binary alone (no runtime, no API
+//! server): usage errors and an unreadable or invalid kubeconfig exit 64 in one line naming the
+//! field, `--help` exits 0; a closed stdout never panics; the kubelet's own config file from a
+//! kubeadm node is read as it is (`tests/fixtures/kubeadm-kubelet-config.yaml`), its ignored
+//! fields logged in one line; the unit and example config run with the node's own credentials.
+//! The rest of the CLI (the test bed, an API server) is in `tests/cli.rs`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The built binary, without the caller's REAPLET_* or in-cluster environment.
+fn reaplet() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("REAPLET_") || k.starts_with("KUBERNETES_SERVICE") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// Kills the child if a test fails before reaping it.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn sigterm(pid: u32) {
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn row<'a>(out: &'a str, check: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(check))
+        .unwrap_or_else(|| panic!("no {check} line in\n{out}"))
+}
+
+/// Exit code and stderr of `reaplet <args>`, with nothing started (no runtime socket).
+fn config_exit(args: &[&str]) -> (Option<i32>, String) {
+    let out = reaplet()
+        .args(args)
+        .args([
+            "--container-runtime-endpoint",
+            "unix:///nonexistent/cri.sock",
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_exit_64_in_one_line_and_help_exits_0() {
+    for args in [
+        &["run", "--no-such-flag"][..],
+        &["check", "--kube-api-qps"],
+        &["pods", "--no-such-flag"],
+        &["no-such-command"],
+        &[],
+    ] {
+        let out = reaplet().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+        if let Some(flag) = args.get(1) {
+            assert!(err.contains(flag), "{args:?}: does not name {flag}: {err}");
+        }
+    }
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["run", "--help"],
+        &["help"],
+    ] {
+        let out = reaplet().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn an_unreadable_or_invalid_kubeconfig_exits_64_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_one = dir.path().join("not-a-kubeconfig");
+    std::fs::write(&not_one, "this: is not: a kubeconfig\n").unwrap();
+    let no_context = dir.path().join("no-context");
+    std::fs::write(&no_context, "apiVersion: v1\nkind: Config\n").unwrap();
+    let unreadable = dir.path().join("a-directory");
+    std::fs::create_dir(&unreadable).unwrap();
+    for cmd in ["run", "check"] {
+        for kc in [
+            Path::new("/nonexistent/kubelet.conf"),
+            &not_one,
+            &no_context,
+            &unreadable,
+        ] {
+            let kc = kc.display().to_string();
+            let (code, err) = config_exit(&[cmd, "--hostname-override", "n", "--kubeconfig", &kc]);
+            assert_eq!(code, Some(64), "{cmd} {kc}: {err}");
+            assert!(
+                err.starts_with("reaplet: invalid configuration: kubeconfig: "),
+                "{err}"
+            );
+            assert!(err.contains(&kc), "{cmd}: names the file: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: one line: {err}");
+        }
+        // no credentials at all, and no manifest directory to run from alone
+        let (code, err) = config_exit(&[cmd, "--hostname-override", "n"]);
+        assert_eq!(code, Some(64), "{cmd}: {err}");
+        assert!(err.contains("kubeconfig"), "{err}");
+    }
+}
+
+/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer.into()
+}
+
+#[test]
+fn a_closed_stdout_never_panics() {
+    let check = [
+        "check",
+        "--hostname-override",
+        "n",
+        "--pod-manifest-path",
+        "/nonexistent",
+        "--container-runtime-endpoint",
+        "unix:///nonexistent/cri.sock",
+    ];
+    for (args, code) in [
+        (&["version"][..], 0),
+        (&["--help"], 0),
+        // the runtime socket is missing: the table has FAIL lines, so 1
+        (&check, 1),
+        // no agent: the error goes to stderr, exit 1
+        (&["pods", "--address", "127.0.0.1:1"], 1),
+    ] {
+        let out = reaplet()
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_kubeadm_nodes_kubelet_config_is_read_as_it_is() {
+    let fixture = repo().join("tests/fixtures/kubeadm-kubelet-config.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let own = dir.path().join("reaplet.yaml");
+    std::fs::write(
+        &own,
+        format!(
+            "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\nkubeletConfig: {}\npodManifestPath: {}\n",
+            fixture.display(),
+            manifests.display()
+        ),
+    )
+    .unwrap();
+    let fixture_s = fixture.display().to_string();
+    let own_s = own.display().to_string();
+    // the kubelet's file as --config, as --kubelet-config, and named by reaplet's own file
+    for args in [
+        vec!["--config", &fixture_s],
+        vec!["--kubelet-config", &fixture_s],
+        vec!["--config", &own_s],
+    ] {
+        let out = reaplet()
+            .args(["check", "--hostname-override", "n", "--pod-manifest-path"])
+            .arg(&manifests)
+            .args([
+                "--container-runtime-endpoint",
+                "unix:///nonexistent/cri.sock",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        let (stdout, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        // the runtime is missing (1), but the configuration is valid (not 64)
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}{stdout}");
+        let line = row(&stdout, "kubelet config");
+        assert!(
+            line.contains(&fixture_s) && line.contains("cgroupDriver, staticPodPath"),
+            "{line}"
+        );
+        assert!(
+            row(&stdout, "cgroups").contains("systemd (configured)"),
+            "{stdout}"
+        );
+    }
+    // both as --config and --kubelet-config: which one is meant is unclear
+    let (code, err) = config_exit(&[
+        "check",
+        "--config",
+        &fixture_s,
+        "--kubelet-config",
+        &fixture_s,
+    ]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("kubeletConfig"), "{err}");
+    // a kind that is neither
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(&pod, "apiVersion: v1\nkind: Pod\n").unwrap();
+    let (code, err) = config_exit(&["check", "--config", &pod.display().to_string()]);
+    assert_eq!((code, err.contains("kind")), (Some(64), true), "{err}");
+    // a kubelet field reaplet reads, with a value of the wrong kind: the nested field is named
+    let bad = dir.path().join("bad-kubelet.yaml");
+    let text = std::fs::read_to_string(&fixture).unwrap().replace(
+        "  flushFrequency: 0\n",
+        "  flushFrequency: 0\n  format: xml\n",
+    );
+    std::fs::write(&bad, text).unwrap();
+    let (code, err) = config_exit(&["run", "--config", &bad.display().to_string()]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("logging.format") && err.contains("bad-kubelet.yaml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_logs_the_ignored_kubelet_fields_in_one_line() {
+    let fixture = repo().join("tests/fixtures/kubeadm-kubelet-config.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("reaplet.log");
+    // nothing to run against: no runtime, an empty manifest directory, no API
+    let mut child = reaplet()
+        .arg("run")
+        .arg("--config")
+        .arg(&fixture)
+        .args(["--hostname-override", "n", "--log-format", "json"])
+        .args([
+            "--container-runtime-endpoint",
+            "unix:///nonexistent/cri.sock",
+        ])
+        .args([
+            "--cgroup-driver",
+            "cgroupfs",
+            "--cgroup-root",
+            "/reaplet-cli-nonexistent",
+        ])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .arg("--pod-manifest-path")
+        .arg(dir.path())
+        .arg("--root-dir")
+        .arg(dir.path())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _guard = KillOnDrop(child.id());
+    let start = Instant::now();
+    let line = loop {
+        let logs = std::fs::read_to_string(&log).unwrap_or_default();
+        let found: Vec<serde_json::Value> = logs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| {
+                v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("kubelet configuration"))
+            })
+            .collect();
+        if !found.is_empty() {
+            assert_eq!(found.len(), 1, "{logs}");
+            break found[0].clone();
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("reaplet exited {st:?}:\n{logs}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no such line:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(line["level"], "INFO", "{line}");
+    let ignored = line["ignored"].as_str().unwrap();
+    for f in [
+        "authentication",
+        "authorization",
+        "clusterDNS",
+        "logging.verbosity",
+        "rotateCertificates",
+    ] {
+        assert!(ignored.split(',').any(|i| i == f), "{f} not in {ignored}");
+    }
+    assert_eq!(line["used"], "cgroupDriver,staticPodPath", "{line}");
+    sigterm(child.id());
+    let status = child.wait().unwrap();
+    assert!(status.code().is_some(), "{status:?}");
+}
+
+/// The default way to run on a node: the unit reads /etc/reaplet/config.yaml, which uses the
+/// node's own credentials (the kubelet's kubeconfig) and the kubelet's own config file.
+#[test]
+fn the_unit_and_example_config_run_with_the_nodes_own_credentials() {
+    let example = std::fs::read_to_string(repo().join("systemd/config.example.yaml")).unwrap();
+    let unit = std::fs::read_to_string(repo().join("systemd/reaplet.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/reaplet run --config /etc/reaplet/config.yaml"),
+        "{unit}"
+    );
+    // the termination records go below the root dir: writable under ProtectSystem=strict
+    let rw = unit
+        .lines()
+        .find(|l| l.starts_with("ReadWritePaths="))
+        .expect("ReadWritePaths");
+    assert!(rw.contains("/var/lib/kubelet"), "{rw}");
+    // a kubeadm node: its kubelet's files, with the fixture for /var/lib/kubelet/config.yaml
+    let fixture = repo().join("tests/fixtures/kubeadm-kubelet-config.yaml");
+    assert!(example.contains("\nkubeletConfig: /var/lib/kubelet/config.yaml\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("config.yaml");
+    std::fs::write(
+        &f,
+        example.replace(
+            "\nkubeletConfig: /var/lib/kubelet/config.yaml\n",
+            &format!("\nkubeletConfig: {}\n", fixture.display()),
+        ),
+    )
+    .unwrap();
+    let l = reaplet::config::load(reaplet::config::RawSettings::default(), Some(&f)).unwrap();
+    let s = l.settings.clone();
+    assert_eq!(
+        s.kubeconfig.as_deref(),
+        Some(Path::new("/etc/kubernetes/kubelet.conf"))
+    );
+    // the kubelet's static pods (the control plane on a kubeadm node) are never reaplet's
+    assert_eq!(
+        s.pod_manifest_path, None,
+        "the kubelet's staticPodPath is not reaplet's"
+    );
+    assert_eq!(
+        l.kubelet.as_ref().unwrap().static_pod_path.as_deref(),
+        Some(Path::new("/etc/kubernetes/manifests")),
+    );
+    assert_eq!(
+        s.cgroup_driver,
+        Some(reaplet::cgroups::CgroupDriver::Systemd),
+        "the kubelet's cgroupDriver"
+    );
+    assert_eq!(s.root_dir, Path::new("/var/lib/kubelet"));
+    assert!(s.metrics_bind_address.ip().is_loopback());
+    // the RBAC manifest says when it is needed and how to get a kubeconfig for it
+    let rbac = std::fs::read_to_string(repo().join("deploy/rbac.yaml")).unwrap();
+    let header: String = rbac
+        .lines()
+        .take_while(|l| l.starts_with('#') || l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for needle in [
+        "/etc/kubernetes/kubelet.conf",
+        "system:node:",
+        "kubectl create token reaplet",
+        "kubectl config set-credentials",
+    ] {
+        assert!(
+            header.contains(needle),
+            "the header lacks {needle:?}:\n{header}"
+        );
+    }
+}
