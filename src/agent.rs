@@ -16,7 +16,7 @@ use crate::cri::{CriClient, CriConfig, CriError, Runtime};
 use crate::events::EventSink;
 use crate::file_source;
 use crate::lifecycle::PodPhase;
-use crate::metrics::Metrics;
+use crate::metrics::{Exposition, Metrics};
 use crate::sd_notify::Notifier;
 use crate::server::{self, AgentState};
 use crate::workers::{PipelineConfig, PodWorkers};
@@ -123,7 +123,16 @@ struct Live<R> {
 }
 
 impl<R: Runtime> Live<R> {
+    /// systemd's `STATUS=`: the runtime's stall first when there is one, then pods by state.
     fn summary(&self) -> String {
+        let pods = self.pods_summary();
+        match self.workers.runtime_stall() {
+            Some(stall) => format!("{stall}; {pods}"),
+            None => pods,
+        }
+    }
+
+    fn pods_summary(&self) -> String {
         let mut counts: std::collections::HashMap<PodPhase, usize> = Default::default();
         for v in self.workers.snapshot() {
             *counts.entry(v.phase).or_default() += 1;
@@ -137,16 +146,18 @@ impl<R: Runtime> Live<R> {
 }
 
 impl<R: Runtime> AgentState for Live<R> {
-    fn metrics_text(&self) -> String {
+    fn metrics_text(&self, format: Exposition) -> String {
         self.workers.update_gauges();
         let dropped = self.events.dropped();
         let seen = self.dropped_seen.swap(dropped, Ordering::Relaxed);
         self.metrics
             .events_dropped
             .inc_by(dropped.saturating_sub(seen));
-        self.metrics.encode()
+        self.metrics.encode(format)
     }
 
+    /// The main loop beats (it never waits on the runtime for that: a stalled runtime is a
+    /// readiness matter).
     fn live(&self) -> Result<(), String> {
         let since = self.workers.since_heartbeat();
         if since > self.liveness_bound {
@@ -158,6 +169,9 @@ impl<R: Runtime> AgentState for Live<R> {
     fn ready(&self) -> Result<(), String> {
         if !self.runtime_ok.load(Ordering::Relaxed) {
             return Err("the container runtime has not answered yet".into());
+        }
+        if let Some(stall) = self.workers.runtime_stall() {
+            return Err(stall.to_string());
         }
         if !self.workers.is_synced() {
             return Err("waiting for the first complete pod list".into());
@@ -215,6 +229,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         cgroups = cgroups.with_systemd(Arc::new(crate::systemd::Systemd::new(bus)));
     }
     let (events, events_rx) = EventSink::channel(256);
+    let (events, node_events_rx) = events.with_node_events(16);
     let events_for_state = events.clone();
     let tracker = TaskTracker::new();
     let tracker_runtime = runtime.clone();
@@ -287,6 +302,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             client.clone(),
             cfg.node_name.clone(),
             events_rx,
+            node_events_rx,
             RateLimiter::new(cfg.event_qps, cfg.event_burst),
             cancel.clone(),
         ));
@@ -298,14 +314,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             cancel.clone(),
         ));
     } else {
-        // no API: events are logged only (EventSink logs each one); drain the channel
-        let mut rx = events_rx;
+        // no API: events are logged only (EventSink logs each one); drain the channels
+        let (mut rx, mut node_rx) = (events_rx, node_events_rx);
         let cancel = cancel.clone();
         tracker.spawn(async move {
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     ev = rx.recv() => if ev.is_none() { return },
+                    Some(_) = node_rx.recv() => {}
                 }
             }
         });
@@ -375,8 +392,9 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     Ok(())
 }
 
-/// READY once the runtime answered and every source listed; STATUS with pods by state;
-/// WATCHDOG only while housekeeping (the main loop) keeps running.
+/// READY once the runtime answered and every source listed; STATUS with pods by state (and
+/// the runtime's stall, if any); WATCHDOG only while housekeeping (the main loop) keeps
+/// beating, which a stalled runtime does not stop (see [`crate::workers`]' housekeeping).
 async fn notify_loop<R: Runtime>(
     notifier: Notifier,
     live: Arc<Live<R>>,

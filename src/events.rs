@@ -1,5 +1,9 @@
 //! Pod events: kubelet's `record.EventRecorder` use in the termination path
-//! (`events.KillingContainer`, `FailedPreStopHook`, `FailedKillPod`, `ExceededGracePeriod`).
+//! (`events.KillingContainer`, `FailedPreStopHook`, `FailedKillPod`, `ExceededGracePeriod`),
+//! and node events ([`NodeEventReason`]: `ContainerRuntimeUnhealthy`).
+//!
+//! Node events go on a channel of their own ([`EventSink::with_node_events`]); the API side
+//! ([`crate::api::events`]) posts them about this node's Node object, as the kubelet does.
 //!
 //! Invariants:
 //! * recording never blocks the pipeline: the sink is a bounded channel and a full channel
@@ -38,6 +42,29 @@ impl EventReason {
     }
 }
 
+/// Why an event about the node itself is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeEventReason {
+    /// Warning: the container runtime has answered no relist for a while (recorded once per
+    /// stall).
+    ContainerRuntimeUnhealthy,
+}
+
+impl NodeEventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ContainerRuntimeUnhealthy => "ContainerRuntimeUnhealthy",
+        }
+    }
+}
+
+/// One event about this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub reason: NodeEventReason,
+    pub message: String,
+}
+
 /// One event about a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
@@ -52,6 +79,7 @@ pub struct PodEvent {
 #[derive(Clone, Debug)]
 pub struct EventSink {
     tx: Option<mpsc::Sender<PodEvent>>,
+    node_tx: Option<mpsc::Sender<NodeEvent>>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -62,16 +90,25 @@ impl EventSink {
         (
             Self {
                 tx: Some(tx),
+                node_tx: None,
                 dropped: Arc::default(),
             },
             rx,
         )
     }
 
+    /// This sink, with node events sent (room for `capacity`) to the returned receiver too.
+    pub fn with_node_events(mut self, capacity: usize) -> (Self, mpsc::Receiver<NodeEvent>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        self.node_tx = Some(tx);
+        (self, rx)
+    }
+
     /// A sink that only logs.
     pub fn log_only() -> Self {
         Self {
             tx: None,
+            node_tx: None,
             dropped: Arc::default(),
         }
     }
@@ -95,6 +132,26 @@ impl EventSink {
             );
         }
         if let Some(tx) = &self.tx
+            && tx.try_send(event).is_err()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records an event about the node (a warning line, and posted when a node channel is
+    /// set). Never blocks.
+    pub fn record_node(&self, reason: NodeEventReason, message: &str) {
+        tracing::warn!(
+            object = "Node",
+            reason = reason.as_str(),
+            message = %message,
+            "node event"
+        );
+        let event = NodeEvent {
+            reason,
+            message: message.to_string(),
+        };
+        if let Some(tx) = &self.node_tx
             && tx.try_send(event).is_err()
         {
             self.dropped.fetch_add(1, Ordering::Relaxed);

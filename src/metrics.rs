@@ -1,11 +1,21 @@
 //! Metrics: the kubelet's termination-path metric names (reference §7) with a `reaplet_`
 //! prefix, plus reaplet's termination-latency SLI and its stages.
 //!
+//! Two expositions ([`Exposition`]): the Prometheus text format 0.0.4 (the default, what
+//! every scraper reads) and OpenMetrics 1.0 (for a scraper that asks for it in `Accept`).
+//! prometheus-client encodes OpenMetrics; the 0.0.4 form is converted from it
+//! ([`openmetrics_to_prometheus`]): the samples are the same in both, only the metadata
+//! differs (no `# EOF`, no `# UNIT`, `unknown` is `untyped`, and a counter's `# HELP` and
+//! `# TYPE` name its sample, `_total` included, which the 0.0.4 parsers require).
+//!
 //! Invariants: label sets are bounded (operation types, lifecycle states, sources, stages:
-//! never a pod name or UID); recording never blocks (atomic updates, one short lock for the
-//! SLI start times).
+//! never a pod name or UID); every gauge is present from the start, at 0 (a gauge family's
+//! every label combination is created up front); recording never blocks (atomic updates,
+//! one short lock for the SLI start times).
 
+use crate::lifecycle::PodPhase;
 use crate::pod::PodUid;
+use crate::workers::PodSource;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,6 +54,98 @@ fn new_hist() -> Histogram {
     Histogram::new(latency_buckets())
 }
 
+/// How `/metrics` is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposition {
+    /// Prometheus text format 0.0.4: the default.
+    Prometheus,
+    /// OpenMetrics 1.0 text, for a scraper whose `Accept` prefers it.
+    OpenMetrics,
+}
+
+impl Exposition {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// The exposition an `Accept` header asks for: OpenMetrics when it weighs
+    /// `application/openmetrics-text` at least as high as every other type it accepts
+    /// (Prometheus sends `application/openmetrics-text;version=1.0.0,...,text/plain;
+    /// version=0.0.4;q=0.5,...`), else the Prometheus text format. No header: Prometheus.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let Some(accept) = accept else {
+            return Self::Prometheus;
+        };
+        let mut openmetrics = 0.0f32;
+        let mut other = 0.0f32;
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0)
+                .clamp(0.0, 1.0);
+            if media == "application/openmetrics-text" {
+                openmetrics = openmetrics.max(q);
+            } else if !media.is_empty() {
+                other = other.max(q);
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= other {
+            Self::OpenMetrics
+        } else {
+            Self::Prometheus
+        }
+    }
+}
+
+/// The Prometheus text format 0.0.4 of prometheus-client's OpenMetrics text (see the
+/// module's docs for what differs).
+pub fn openmetrics_to_prometheus(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len());
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) && !name.ends_with("_total") {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                };
+                let tail = if prefix == "# TYPE " && tail == "unknown" {
+                    "untyped"
+                } else {
+                    tail
+                };
+                out.push_str(prefix);
+                out.push_str(&name);
+                if !tail.is_empty() || prefix == "# HELP " {
+                    out.push(' ');
+                    out.push_str(tail);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 pub struct Metrics {
     registry: Registry,
     pub pod_worker_duration: Family<OpLabel, Histogram, fn() -> Histogram>,
@@ -59,6 +161,8 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// Kills still running past their grace plus the slack (the `ExceededGracePeriod` event).
     pub exceeded_grace_period: Counter,
+    /// 1 while the container runtime has answered no relist for the unhealthy threshold.
+    pub runtime_unhealthy: Gauge,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -90,6 +194,7 @@ impl Metrics {
             termination_stage_duration: Family::new_with_constructor(new_hist),
             events_dropped: Counter::default(),
             exceeded_grace_period: Counter::default(),
+            runtime_unhealthy: Gauge::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -153,14 +258,24 @@ impl Metrics {
             "Pod kills the runtime had not finished 10 s after their grace period (an ExceededGracePeriod event each)",
             m.exceeded_grace_period.clone(),
         );
-        Metrics { registry, ..m }
+        registry.register(
+            "container_runtime_unhealthy",
+            "1 while the container runtime has answered no relist for the unhealthy threshold (readiness fails meanwhile)",
+            m.runtime_unhealthy.clone(),
+        );
+        let m = Metrics { registry, ..m };
+        m.set_working_pods(&HashMap::new());
+        m
     }
 
-    /// Prometheus text format.
-    pub fn encode(&self) -> String {
+    /// The metrics in `format`.
+    pub fn encode(&self, format: Exposition) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        match format {
+            Exposition::OpenMetrics => out,
+            Exposition::Prometheus => openmetrics_to_prometheus(&out),
+        }
     }
 
     pub fn runtime_call(&self, op: &'static str, took: Duration, ok: bool) {
@@ -209,13 +324,17 @@ impl Metrics {
             .remove(uid);
     }
 
-    /// Replaces the working-pods gauges with `counts`.
+    /// Sets the working-pods gauges to `counts` (by lifecycle state and source): every
+    /// combination is present, those not in `counts` at 0.
     pub fn set_working_pods(&self, counts: &HashMap<(&'static str, &'static str), i64>) {
-        self.working_pods.clear();
-        for ((lifecycle, config), n) in counts {
-            self.working_pods
-                .get_or_create(&WorkingLabels { lifecycle, config })
-                .set(*n);
+        for phase in PodPhase::ALL {
+            for source in PodSource::ALL {
+                let (lifecycle, config) = (phase.as_str(), source.as_str());
+                let n = counts.get(&(lifecycle, config)).copied().unwrap_or(0);
+                self.working_pods
+                    .get_or_create(&WorkingLabels { lifecycle, config })
+                    .set(n);
+            }
         }
     }
 }
@@ -233,7 +352,7 @@ mod tests {
         m.termination_finished(&uid);
         m.termination_finished(&uid); // once only
         m.runtime_call("StopContainer", Duration::from_millis(3), false);
-        let text = m.encode();
+        let text = m.encode(Exposition::OpenMetrics);
         assert!(
             text.contains("reaplet_termination_duration_seconds_count 1"),
             "{text}"
@@ -245,5 +364,111 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("u1"), "no pod identity in labels");
+    }
+
+    /// What the Prometheus 0.0.4 text parser (`expfmt.TextParser`) insists on: one `# TYPE`
+    /// per family, before its samples, naming them (a histogram's samples add `_bucket`,
+    /// `_sum`, `_count`); no OpenMetrics-only lines.
+    fn assert_prometheus_text(text: &str) {
+        let mut typed = HashSet::new();
+        let mut current: Option<(String, String)> = None;
+        for line in text.lines() {
+            assert!(
+                !line.starts_with("# EOF") && !line.starts_with("# UNIT"),
+                "{line}"
+            );
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(
+                    ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                    "{line}"
+                );
+                assert!(typed.insert(name.to_owned()), "second TYPE for {name}");
+                current = Some((name.to_owned(), kind.to_owned()));
+                continue;
+            }
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            let name = line.split(['{', ' ']).next().unwrap();
+            let (family, kind) = current.as_ref().expect("a sample before any TYPE");
+            let ok = match kind.as_str() {
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|s| name == format!("{family}{s}")),
+                _ => name == family,
+            };
+            assert!(ok, "sample {name} under TYPE {family} {kind}");
+        }
+    }
+
+    use std::collections::HashSet;
+
+    #[test]
+    fn prometheus_text_is_the_openmetrics_samples_with_0_0_4_metadata() {
+        let m = Metrics::new();
+        m.runtime_call("StopContainer", Duration::from_millis(3), false);
+        m.stage("kill", Duration::from_millis(30));
+        m.orphaned_runtime_pods.inc();
+        let om = m.encode(Exposition::OpenMetrics);
+        let text = m.encode(Exposition::Prometheus);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert_prometheus_text(&text);
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(samples(&om), samples(&text), "the same samples in both");
+        assert!(text.contains("# HELP reaplet_orphaned_runtime_pods_total Runtime pods"));
+        assert!(text.contains("# TYPE reaplet_orphaned_runtime_pods_total counter"));
+        assert!(text.contains("reaplet_orphaned_runtime_pods_total 1"));
+        assert!(text.contains("# TYPE reaplet_termination_duration_seconds histogram"));
+        // the conversion itself, on the OpenMetrics-only forms
+        let converted = openmetrics_to_prometheus(
+            "# HELP x_seconds A.\n# TYPE x_seconds unknown\n# UNIT x_seconds seconds\nx_seconds 1\n\
+             # HELP c_total Already suffixed.\n# TYPE c_total counter\nc_total 2\n# EOF\n",
+        );
+        assert_eq!(
+            converted,
+            "# HELP x_seconds A.\n# TYPE x_seconds untyped\nx_seconds 1\n\
+             # HELP c_total Already suffixed.\n# TYPE c_total counter\nc_total 2\n"
+        );
+    }
+
+    /// Every gauge is there before any pod, at 0: each working-pods combination and the
+    /// runtime's health; a count that goes back to none reads 0 again, not absent.
+    #[test]
+    fn every_gauge_is_present_at_zero() {
+        let m = Metrics::new();
+        for format in [Exposition::Prometheus, Exposition::OpenMetrics] {
+            let text = m.encode(format);
+            for phase in PodPhase::ALL {
+                for source in PodSource::ALL {
+                    let line = format!(
+                        "reaplet_working_pods{{lifecycle=\"{}\",config=\"{}\"}} 0",
+                        phase.as_str(),
+                        source.as_str()
+                    );
+                    assert!(text.contains(&line), "{line} missing:\n{text}");
+                }
+            }
+            assert!(
+                text.contains("reaplet_container_runtime_unhealthy 0"),
+                "{text}"
+            );
+        }
+        let phase = PodPhase::ALL[1].as_str();
+        m.set_working_pods(&HashMap::from([((phase, "api"), 3)]));
+        let text = m.encode(Exposition::Prometheus);
+        assert!(text.contains(&format!(
+            "reaplet_working_pods{{lifecycle=\"{phase}\",config=\"api\"}} 3"
+        )));
+        m.set_working_pods(&HashMap::new());
+        let text = m.encode(Exposition::Prometheus);
+        assert!(text.contains(&format!(
+            "reaplet_working_pods{{lifecycle=\"{phase}\",config=\"api\"}} 0"
+        )));
     }
 }

@@ -1,10 +1,12 @@
-//! The local status endpoint (kubelet: its healthz and metrics servers): Prometheus text on
-//! `/metrics`, `/healthz` (the main loop is alive), `/readyz` (runtime connected and every pod
+//! The local status endpoint (kubelet: its healthz and metrics servers): `/metrics` (the
+//! Prometheus text format 0.0.4, or OpenMetrics when the `Accept` header prefers it),
+//! `/healthz` (the main loop is alive), `/readyz` (runtime connected and answering, every pod
 //! source listed once), and `/pods` (JSON: what the agent sees, for `reaplet pods`).
 //!
 //! Invariants: loopback by default (the address is a setting); read-only; one small HTTP/1.1
 //! server, no request reads more than its head.
 
+use crate::metrics::Exposition;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
@@ -17,10 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 /// What the server reports; implemented by the agent.
 pub trait AgentState: Send + Sync + 'static {
-    fn metrics_text(&self) -> String;
+    fn metrics_text(&self, format: Exposition) -> String;
     /// `Err(why)` when the main loop is wedged.
     fn live(&self) -> Result<(), String>;
-    /// `Err(why)` until the runtime answered and every pod source listed once.
+    /// `Err(why)` until the runtime answered and every pod source listed once, and while the
+    /// runtime is stalled.
     fn ready(&self) -> Result<(), String>;
     /// `/pods` as JSON.
     fn pods_json(&self) -> serde_json::Value;
@@ -35,16 +38,28 @@ fn reply(code: u16, ctype: &str, body: String) -> Response<Full<Bytes>> {
 }
 
 fn route(state: &dyn AgentState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    respond(state, req.method().as_str(), req.uri().path(), accept)
+}
+
+fn respond(
+    state: &dyn AgentState,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> Response<Full<Bytes>> {
     let check = |r: Result<(), String>| match r {
         Ok(()) => reply(200, "text/plain", "ok\n".into()),
         Err(why) => reply(503, "text/plain", format!("{why}\n")),
     };
-    match (req.method().as_str(), req.uri().path()) {
-        ("GET", "/metrics") => reply(
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            state.metrics_text(),
-        ),
+    match (method, path) {
+        ("GET", "/metrics") => {
+            let format = Exposition::negotiate(accept);
+            reply(200, format.content_type(), state.metrics_text(format))
+        }
         ("GET", "/healthz") => check(state.live()),
         ("GET", "/readyz") => check(state.ready()),
         ("GET", "/pods") => reply(200, "application/json", state.pods_json().to_string()),
@@ -101,4 +116,94 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((code, body.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use http_body_util::BodyExt;
+
+    struct Fixed(Metrics);
+
+    impl AgentState for Fixed {
+        fn metrics_text(&self, format: Exposition) -> String {
+            self.0.encode(format)
+        }
+        fn live(&self) -> Result<(), String> {
+            Ok(())
+        }
+        fn ready(&self) -> Result<(), String> {
+            Err("container runtime not answering for 45s (relist: deadline of 5s exceeded)".into())
+        }
+        fn pods_json(&self) -> serde_json::Value {
+            serde_json::json!({ "pods": [] })
+        }
+    }
+
+    async fn get(state: &Fixed, path: &str, accept: Option<&str>) -> (u16, String, String) {
+        let r = respond(state, "GET", path, accept);
+        let code = r.status().as_u16();
+        let ctype = r.headers()["content-type"].to_str().unwrap().to_owned();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        (code, ctype, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// Prometheus text by default and for a plain-text scraper; OpenMetrics when `Accept`
+    /// prefers it (Prometheus's own header, a bare OpenMetrics one).
+    #[tokio::test]
+    async fn metrics_are_prometheus_text_unless_openmetrics_is_asked_for() {
+        let state = Fixed(Metrics::new());
+        state
+            .0
+            .runtime_call("StopContainer", std::time::Duration::from_millis(3), true);
+        for accept in [
+            None,
+            Some("text/plain"),
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+        ] {
+            let (code, ctype, body) = get(&state, "/metrics", accept).await;
+            assert_eq!(code, 200);
+            assert_eq!(
+                ctype, "text/plain; version=0.0.4; charset=utf-8",
+                "{accept:?}"
+            );
+            assert!(!body.contains("# EOF"), "{body}");
+            assert!(
+                body.contains("# TYPE reaplet_runtime_operations_total counter"),
+                "{body}"
+            );
+        }
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+            version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        for accept in [prometheus, "application/openmetrics-text"] {
+            let (code, ctype, body) = get(&state, "/metrics", Some(accept)).await;
+            assert_eq!(code, 200);
+            assert_eq!(
+                ctype,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            );
+            assert!(body.ends_with("# EOF\n"), "{body}");
+            assert!(body.contains("# TYPE reaplet_runtime_operations counter"));
+        }
+        // a scraper that prefers plain text gets it
+        let (_, ctype, _) = get(
+            &state,
+            "/metrics",
+            Some("text/plain;q=1,application/openmetrics-text;q=0.5"),
+        )
+        .await;
+        assert!(ctype.starts_with("text/plain"), "{ctype}");
+    }
+
+    #[tokio::test]
+    async fn readyz_carries_the_reason() {
+        let state = Fixed(Metrics::new());
+        let (code, _, body) = get(&state, "/readyz", None).await;
+        assert_eq!(code, 503);
+        assert!(body.contains("container runtime not answering"), "{body}");
+        assert_eq!(get(&state, "/healthz", None).await.0, 200);
+        assert_eq!(get(&state, "/nope", None).await.0, 404);
+    }
 }

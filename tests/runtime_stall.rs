@@ -1,5 +1,577 @@
 //! A stalled runtime (issue 15 §2): a frozen shim and a SIGSTOPped containerd are not a reason
 //! for the watchdog to restart reaplet, and no termination is lost when the runtime answers
 //! again.
+//!
+//! reaplet runs as a process with `NOTIFY_SOCKET` on a datagram socket the test reads and
+//! `WATCHDOG_USEC` as in the unit (30 s): a `WATCHDOG=1` gap of a whole watchdog interval is
+//! what would make systemd restart it. The two tests use a containerd each and run at once.
 
 mod common;
+
+use common::apiserver::ApiServer;
+use common::*;
+use reaplet::cri::Runtime;
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The watchdog interval of the unit (`WatchdogSec=30s`).
+const WATCHDOG: Duration = Duration::from_secs(30);
+/// How long containerd stays SIGSTOPped (the issue's 2 minutes).
+const STALL: Duration = Duration::from_secs(120);
+/// reaplet's runtime unhealthy threshold (`PipelineConfig::runtime_unhealthy_after`).
+const UNHEALTHY_AFTER: Duration = Duration::from_secs(30);
+/// The grace of the pods deleted while the runtime stalls.
+const GRACE: u64 = 5;
+/// The kubelet's minimum stop grace after a preStop hook, and reaplet's floor for any kill.
+const FLOOR: u64 = 2;
+/// Measured on this machine kind (testbed.md, the pipeline tests): a stopped pod's sandbox
+/// stop, cgroup removal, status patch and DELETE take < 0.5 s; ×4 for a loaded 2-core machine.
+const TEARDOWN: Duration = Duration::from_secs(2);
+/// One failed kill attempt's retry (lifecycle `RETRY_BASE`, 1 s, plus up to 20 % jitter).
+const ONE_RETRY: Duration = Duration::from_millis(1200);
+
+/// Every datagram reaplet sent to `NOTIFY_SOCKET`, with when it arrived.
+#[derive(Clone, Default)]
+struct Notes(Arc<Mutex<Vec<(Instant, String)>>>);
+
+impl Notes {
+    /// Binds `path` and records every datagram until the socket is gone.
+    fn listen(path: &Path) -> Notes {
+        let sock = UnixDatagram::bind(path).expect("binding the notify socket");
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let notes = Notes::default();
+        let out = notes.0.clone();
+        let path = path.to_owned();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while path.exists() {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    out.lock().unwrap().push((Instant::now(), text));
+                }
+            }
+        });
+        notes
+    }
+
+    fn all(&self) -> Vec<(Instant, String)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// When `line` was first sent (a datagram holds `\n`-separated assignments).
+    fn first(&self, line: &str) -> Option<Instant> {
+        self.all()
+            .into_iter()
+            .find(|(_, t)| t.lines().any(|l| l == line))
+            .map(|(at, _)| at)
+    }
+
+    /// The `WATCHDOG=1` pings since `from`.
+    fn pings_since(&self, from: Instant) -> Vec<Instant> {
+        self.all()
+            .into_iter()
+            .filter(|(at, t)| *at >= from && t.lines().any(|l| l == "WATCHDOG=1"))
+            .map(|(at, _)| at)
+            .collect()
+    }
+
+    /// The `STATUS=` values sent since `from`.
+    fn statuses_since(&self, from: Instant) -> Vec<String> {
+        self.all()
+            .into_iter()
+            .filter(|(at, _)| *at >= from)
+            .flat_map(|(_, t)| {
+                t.lines()
+                    .filter_map(|l| l.strip_prefix("STATUS="))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+/// The longest wait between `from`, the pings, and `to`.
+fn worst_gap(from: Instant, pings: &[Instant], to: Instant) -> Duration {
+    let mut last = from;
+    let mut worst = Duration::ZERO;
+    for p in pings.iter().copied().chain([to]) {
+        worst = worst.max(p.saturating_duration_since(last));
+        last = last.max(p);
+    }
+    worst
+}
+
+/// SIGCONTs a stopped process when dropped, so a failed test never leaves it stopped.
+struct Thaw(u32);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success(),
+        "kill {sig} {pid}"
+    );
+}
+
+/// The containerd shim serving `sandbox_id` (containerd 1.6 runs one per pod).
+fn shim_pid(sandbox_id: &str) -> u32 {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("containerd-shim-runc-v2 .*-id {sandbox_id}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the pod's shim is running")
+}
+
+fn containerd_pid(tb: &Testbed) -> u32 {
+    std::fs::read_to_string(tb.dir.join("containerd.pid"))
+        .expect("the test bed's containerd.pid")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn free_port() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// A status endpoint answer, bounded (a hung endpoint is an answer of its own: code 0).
+async fn probe(addr: &str, path: &str) -> (u16, String) {
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        reaplet::server::fetch(addr.parse().unwrap(), path),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => (0, e.to_string()),
+        Err(_) => (0, "no answer within 2 s".into()),
+    }
+}
+
+/// reaplet under a pretend systemd: `NOTIFY_SOCKET`, `WATCHDOG_USEC`, the status endpoint at
+/// `status`, pods from the API server.
+struct Agent {
+    child: Child,
+    _guard: KillOnDrop,
+    notes: Notes,
+    status: String,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(tb: &Testbed, root: &Path, kubeconfig: &Path, extra: &[&str]) -> Agent {
+        let notify = root.join("notify.sock");
+        let notes = Notes::listen(&notify);
+        let status = free_port();
+        let log = root.join("reaplet.log");
+        let child = reaplet_run(tb, &root.join("kubelet"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--metrics-bind-address", &status])
+            .args(extra)
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", WATCHDOG.as_micros().to_string())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawning reaplet");
+        Agent {
+            _guard: KillOnDrop(child.id()),
+            child,
+            notes,
+            status,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (up to 30 s) for `READY=1` and a ready `/readyz`.
+    async fn wait_ready(&self) -> Instant {
+        let start = Instant::now();
+        loop {
+            if let Some(at) = self.notes.first("READY=1")
+                && probe(&self.status, "/readyz").await.0 == 200
+            {
+                return at;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "reaplet never ready\n{}",
+                tail(&self.log(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Still the same process (a restart would be a new one).
+    fn assert_running(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "reaplet exited\n{}",
+            tail(&self.log(), 40)
+        );
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the status endpoint said over a window, probed every 500 ms.
+#[derive(Default, Debug)]
+struct Probes {
+    healthz_failures: Vec<(f64, u16, String)>,
+    /// When `/readyz` first failed (s into the window) and why.
+    unready: Option<(f64, String)>,
+    /// When `/readyz` was ready again after failing.
+    ready_again: Option<f64>,
+    count: usize,
+}
+
+async fn probe_for(status: &str, window: Duration, probes: &mut Probes, t0: Instant) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        let at = t0.elapsed().as_secs_f64();
+        let (code, body) = probe(status, "/healthz").await;
+        if code != 200 {
+            probes.healthz_failures.push((at, code, body));
+        }
+        let (code, body) = probe(status, "/readyz").await;
+        match (code, &probes.unready) {
+            (200, Some(_)) if probes.ready_again.is_none() => probes.ready_again = Some(at),
+            (200, _) => {}
+            (_, None) => probes.unready = Some((at, body.trim().to_owned())),
+            _ => {}
+        }
+        probes.count += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits (bounded) until none of `names` is in the API; returns when each went.
+async fn wait_gone(api: &ApiServer, names: &[&str], limit: Duration, log: impl Fn() -> String) {
+    let start = Instant::now();
+    while names.iter().any(|n| api.get_pod("default", n).is_some()) {
+        assert!(
+            start.elapsed() < limit,
+            "pods {:?} still in the API {limit:?} after the runtime came back\n{}",
+            names
+                .iter()
+                .filter(|n| api.get_pod("default", n).is_some())
+                .collect::<Vec<_>>(),
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// containerd SIGSTOPped for 2 minutes, pods deleted meanwhile: the watchdog is pinged
+/// throughout, `/healthz` stays 200, `/readyz` fails with the reason and `STATUS=` says so;
+/// after SIGCONT readiness returns and the deleted pods end within their grace-derived bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing() {
+    let tb = Testbed::start(repo(), "stall-ctrd");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let mut pods = Vec::new();
+    for (name, script) in [
+        ("stall-trap", TRAPS_TERM),
+        ("stall-ignore", IGNORES_TERM),
+        ("stall-control", TRAPS_TERM),
+    ] {
+        let t =
+            PodTemplate::new(name, GRACE as i64).container(ContainerTemplate::new("app", script));
+        let p = launch_in_api(&api, &tb, &t).await;
+        pods.push((t, p));
+    }
+    let mut agent = Agent::start(&tb, root.path(), &kc, &[]);
+    let ready_at = agent.wait_ready().await;
+    wait_watches(&api, 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let ctrd = containerd_pid(&tb);
+    signal(ctrd, "-STOP");
+    let thaw = Thaw(ctrd);
+    let stopped = Instant::now();
+    let mut probes = Probes::default();
+    // 10 s into the stall two pods are deleted: reaplet's calls for them wait on containerd
+    probe_for(&agent.status, Duration::from_secs(10), &mut probes, stopped).await;
+    for (t, _) in &pods[..2] {
+        api.delete_pod("default", &t.name, None);
+    }
+    probe_for(
+        &agent.status,
+        STALL.saturating_sub(stopped.elapsed()),
+        &mut probes,
+        stopped,
+    )
+    .await;
+    agent.assert_running();
+    drop(thaw);
+    let resumed = Instant::now();
+    let stall_took = (resumed - stopped).as_secs_f64();
+
+    // the deleted pods end: their stop calls were waiting in containerd and carry the grace
+    // (a retried one counts down to the first attempt's deadline, long past: SIGKILL at once);
+    // readiness returns at the first relist answered: the one waiting answers at once, else
+    // the next (relist period 1 s), probed every 100 ms
+    let bound = Duration::from_secs(GRACE + FLOOR) + ONE_RETRY + TEARDOWN;
+    let ready_bound = Duration::from_secs(1 + 1);
+    let names: Vec<&str> = pods[..2].iter().map(|(t, _)| t.name.as_str()).collect();
+    let mut gone_after = None;
+    let mut ready_after = None;
+    while gone_after.is_none() || ready_after.is_none() {
+        let waited = resumed.elapsed();
+        if gone_after.is_none() && names.iter().all(|n| api.get_pod("default", n).is_none()) {
+            gone_after = Some(waited.as_secs_f64());
+        }
+        if ready_after.is_none() && probe(&agent.status, "/readyz").await.0 == 200 {
+            ready_after = Some(waited.as_secs_f64());
+        }
+        assert!(
+            gone_after.is_some() || waited < bound,
+            "pods {names:?} not gone {bound:?} after SIGCONT\n{}",
+            tail(&agent.log(), 60)
+        );
+        assert!(
+            ready_after.is_some() || waited < ready_bound,
+            "not ready {ready_bound:?} after SIGCONT: {:?}",
+            probe(&agent.status, "/readyz").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (gone_after, ready_after) = (gone_after.unwrap(), ready_after.unwrap());
+    // healthy from then on
+    probe_for(&agent.status, Duration::from_secs(3), &mut probes, stopped).await;
+    agent.assert_running();
+    let end = Instant::now();
+
+    let pings = agent.notes.pings_since(ready_at);
+    let gap = worst_gap(ready_at, &pings, end);
+    let stall_pings = pings
+        .iter()
+        .filter(|p| **p >= stopped && **p <= resumed)
+        .count();
+    let statuses = agent.notes.statuses_since(stopped);
+    let runtime_status = statuses
+        .iter()
+        .find(|s| s.contains("container runtime not answering"));
+    let log = agent.log();
+    let writes = api.writes();
+    let deletes = |name: &str| {
+        writes
+            .iter()
+            .filter(|r| {
+                r.method == "DELETE"
+                    && r.path == format!("/api/v1/namespaces/default/pods/{name}")
+                    && (200..300).contains(&r.status)
+            })
+            .count()
+    };
+    println!(
+        "containerd SIGSTOPped {stall_took:.1} s: {} WATCHDOG=1 pings during the stall, worst gap \
+         {:.1} s (watchdog {WATCHDOG:?}); /healthz failures {} of {} probes; /readyz unready \
+         {:?}, ready again {ready_after:.1} s after SIGCONT; STATUS {runtime_status:?}; the 2 \
+         pods deleted during the stall gone {gone_after:.1} s after SIGCONT (bound {bound:?})",
+        stall_pings,
+        gap.as_secs_f64(),
+        probes.healthz_failures.len(),
+        probes.count,
+        probes.unready,
+    );
+    assert!(
+        gap < WATCHDOG,
+        "WATCHDOG=1 not sent for {gap:?}: systemd would have restarted reaplet\n{}",
+        tail(&log, 40)
+    );
+    assert!(
+        probes.healthz_failures.is_empty(),
+        "/healthz failed: {:?}",
+        probes.healthz_failures
+    );
+    // unready once no relist answered for the threshold: the last answer was at most a relist
+    // period (1 s) before the stall began, then one relist deadline (5 s) and a probe (0.5 s)
+    let (unready_at, why) = probes.unready.clone().expect("/readyz never failed");
+    let unready_by = UNHEALTHY_AFTER.as_secs_f64() + 5.0 + 1.0;
+    assert!(
+        unready_at <= unready_by,
+        "unready only {unready_at:.1} s into the stall (bound {unready_by} s)"
+    );
+    assert!(
+        why.contains("container runtime not answering"),
+        "/readyz reason: {why}"
+    );
+    assert!(
+        runtime_status.is_some(),
+        "STATUS= never mentioned the runtime: {statuses:?}"
+    );
+    assert!(
+        probes.ready_again.is_none_or(|at| at >= stall_took),
+        "ready at {:?} s, while containerd was stopped",
+        probes.ready_again
+    );
+    assert_eq!(
+        log.matches("container runtime not answering; not ready")
+            .count(),
+        1,
+        "one stall line"
+    );
+    assert_eq!(
+        log.matches("ContainerRuntimeUnhealthy").count(),
+        1,
+        "one ContainerRuntimeUnhealthy event"
+    );
+    // and that event is posted once, about this node's Node object
+    let posted: Vec<_> = api
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "ContainerRuntimeUnhealthy")
+        .collect();
+    assert_eq!(posted.len(), 1, "{posted:#?}");
+    assert_eq!(posted[0]["involvedObject"]["kind"], "Node");
+    assert_eq!(posted[0]["involvedObject"]["name"], "testnode");
+    assert_eq!(posted[0]["type"], "Warning");
+    assert_eq!(
+        log.matches("container runtime answers again").count(),
+        1,
+        "one recovery line"
+    );
+    // nothing lost: one DELETE each, nothing left in the runtime, the control pod untouched
+    for name in &names {
+        assert_eq!(deletes(name), 1, "{name}: successful deletes");
+    }
+    let client = tb.client();
+    for (t, p) in &pods[..2] {
+        let cs = client.list_containers(Some(p.uid.as_str())).await.unwrap();
+        assert!(
+            cs.iter().all(|c| !c.state.may_run()),
+            "{}: still running {cs:?}",
+            t.name
+        );
+    }
+    let control = &pods[2];
+    assert!(api.get_pod("default", &control.0.name).is_some());
+    let st = client
+        .container_status(control.1.container_id("app"))
+        .await
+        .unwrap();
+    assert!(st.state.may_run(), "the control pod was stopped");
+    assert_eq!(deletes(&control.0.name), 0);
+    agent.stop();
+}
+
+/// A shim frozen in the middle of a termination: the watchdog keeps being pinged, `/healthz`
+/// stays 200 and `/readyz` too (containerd itself answers) for two watchdog intervals; the
+/// other pod ends on its grace; the frozen pod ends once thawed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_shim_mid_termination_keeps_the_watchdog_fed() {
+    let tb = Testbed::start(repo(), "stall-shim");
+    let api = ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let mut pods = Vec::new();
+    for (name, script) in [("shim-victim", IGNORES_TERM), ("shim-other", IGNORES_TERM)] {
+        let t =
+            PodTemplate::new(name, GRACE as i64).container(ContainerTemplate::new("app", script));
+        let p = launch_in_api(&api, &tb, &t).await;
+        pods.push((t, p));
+    }
+    // the runtime request timeout of the faults test: the hung StopContainer fails and is
+    // retried instead of waiting 2 minutes
+    let mut agent = Agent::start(&tb, root.path(), &kc, &["--runtime-request-timeout", "5s"]);
+    let ready_at = agent.wait_ready().await;
+    wait_watches(&api, 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    for (t, _) in &pods {
+        api.delete_pod("default", &t.name, None);
+    }
+    // mid-termination: the TERM-ignoring victim is inside its grace when its shim freezes
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let shim = shim_pid(&pods[0].1.sandbox_id);
+    signal(shim, "-STOP");
+    let thaw = Thaw(shim);
+    let frozen = Instant::now();
+    let hold = WATCHDOG * 2;
+    let mut probes = Probes::default();
+    probe_for(&agent.status, hold, &mut probes, frozen).await;
+    agent.assert_running();
+    let other_gone = api.get_pod("default", &pods[1].0.name).is_none();
+    let victim_held = api.get_pod("default", &pods[0].0.name).is_some();
+    drop(thaw);
+    let thawed = Instant::now();
+    // thawed long past its deadline: the retried kill SIGKILLs at once, after the backoff
+    // that is pending (capped at lifecycle RETRY_MAX, 30 s, plus 20 % jitter)
+    let bound = Duration::from_secs(36) + Duration::from_secs(FLOOR) + TEARDOWN;
+    wait_gone(&api, &[pods[0].0.name.as_str()], bound, || {
+        tail(&agent.log(), 60)
+    })
+    .await;
+    let victim_after = thawed.elapsed().as_secs_f64();
+    let end = Instant::now();
+    let pings = agent.notes.pings_since(ready_at);
+    let gap = worst_gap(ready_at, &pings, end);
+    let frozen_pings = pings
+        .iter()
+        .filter(|p| **p >= frozen && **p <= thawed)
+        .count();
+    println!(
+        "shim frozen {:.0} s mid-termination: {frozen_pings} WATCHDOG=1 pings meanwhile, worst \
+         gap {:.1} s; /healthz failures {} of {} probes; /readyz {:?}; the other pod gone \
+         meanwhile: {other_gone}; the frozen pod gone {victim_after:.1} s after the thaw",
+        hold.as_secs_f64(),
+        gap.as_secs_f64(),
+        probes.healthz_failures.len(),
+        probes.count,
+        probes.unready,
+    );
+    assert!(
+        gap < WATCHDOG,
+        "WATCHDOG=1 not sent for {gap:?}\n{}",
+        tail(&agent.log(), 40)
+    );
+    assert!(
+        probes.healthz_failures.is_empty(),
+        "/healthz failed: {:?}",
+        probes.healthz_failures
+    );
+    assert!(other_gone, "the other pod was held back by the frozen shim");
+    // one pod's shim is not the runtime: containerd answers the relists meanwhile
+    assert!(
+        probes.unready.is_none(),
+        "a frozen shim made reaplet unready: {:?}",
+        probes.unready
+    );
+    assert!(victim_held, "the frozen pod cannot be gone while frozen");
+    agent.stop();
+}

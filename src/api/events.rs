@@ -5,7 +5,7 @@
 //! pipeline never waits for them (the [`crate::events::EventSink`] channel drops when full).
 
 use super::RateLimiter;
-use crate::events::PodEvent;
+use crate::events::{NodeEvent, PodEvent};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::PostParams;
@@ -54,26 +54,60 @@ fn to_api(ev: &PodEvent, node: &str) -> Event {
     }
 }
 
-/// Posts events from `rx` until cancelled.
+/// An event about this node, as the kubelet records them: in `default`, the involved object
+/// the Node with the node's name for its UID (the kubelet's `nodeRef`).
+fn node_to_api(ev: &NodeEvent, node: &str) -> Event {
+    let now = jiff::Timestamp::now();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}.{:x}", now.as_nanosecond())),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            uid: Some(node.into()),
+            ..ObjectReference::default()
+        },
+        reason: Some(ev.reason.as_str().into()),
+        message: Some(ev.message.clone()),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some(COMPONENT.into()),
+            host: Some(node.into()),
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        reporting_component: Some(COMPONENT.into()),
+        reporting_instance: Some(node.into()),
+        ..Event::default()
+    }
+}
+
+/// Posts events from `rx` (pods) and `node_rx` (this node) until cancelled.
 pub async fn run(
     client: kube::Client,
     node: String,
     mut rx: mpsc::Receiver<PodEvent>,
+    mut node_rx: mpsc::Receiver<NodeEvent>,
     limiter: RateLimiter,
     cancel: CancellationToken,
 ) {
     loop {
-        let ev = tokio::select! {
+        let (namespace, event, reason) = tokio::select! {
             _ = cancel.cancelled() => return,
-            ev = rx.recv() => ev,
+            ev = rx.recv() => match ev {
+                Some(ev) => (ev.namespace.clone(), to_api(&ev, &node), ev.reason.as_str()),
+                None => return,
+            },
+            Some(ev) = node_rx.recv() => ("default".to_string(), node_to_api(&ev, &node), ev.reason.as_str()),
         };
-        let Some(ev) = ev else { return };
         limiter.acquire().await;
-        let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &ev.namespace);
-        if let Err(e) =
-            super::bounded(api.create(&PostParams::default(), &to_api(&ev, &node))).await
-        {
-            tracing::debug!(err = %e, reason = ev.reason.as_str(), "posting an event failed");
+        let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &namespace);
+        if let Err(e) = super::bounded(api.create(&PostParams::default(), &event)).await {
+            tracing::debug!(err = %e, reason, "posting an event failed");
         }
     }
 }

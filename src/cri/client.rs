@@ -1,5 +1,8 @@
 //! [`Runtime`] over a real CRI socket (tonic, HTTP/2 over a unix socket).
 //!
+//! Every request carries the `User-Agent` [`USER_AGENT`] (`reaplet/<version>`; tonic adds its
+//! own token after it), so the runtime's logs and traces can tell reaplet's calls apart.
+//!
 //! At most [`MAX_INFLIGHT`] calls are in flight at once (the rest wait for a slot, inside their
 //! deadline): measured with 5,000 pods terminating together, an unbounded number of streams
 //! on the one connection ended in transport errors and retries, 2,048 was slower than 1,024
@@ -25,6 +28,9 @@ pub struct CriClient {
     inflight: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
+/// The `User-Agent` of every CRI request (before tonic's own `tonic/<version>`).
+pub const USER_AGENT: &str = concat!("reaplet/", env!("CARGO_PKG_VERSION"));
+
 /// At most this many CRI calls are in flight on the connection.
 pub const MAX_INFLIGHT: usize = 1024;
 
@@ -35,6 +41,11 @@ impl CriClient {
         let path = socket.clone();
         // The URI is required by tonic but unused: the connector below dials the socket.
         let channel = Endpoint::from_static("http://cri.invalid")
+            .user_agent(USER_AGENT)
+            .map_err(|e| CriError::Endpoint {
+                endpoint: config.endpoint.clone(),
+                reason: format!("user agent {USER_AGENT:?}: {e}"),
+            })?
             .connect_timeout(Duration::from_secs(5))
             .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
@@ -404,5 +415,61 @@ impl Runtime for CriClient {
             }
         });
         Ok(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+    use std::sync::{Arc, Mutex};
+
+    /// Every CRI request names reaplet and its version: a bare HTTP/2 server on a unix socket
+    /// records the request's `User-Agent` and answers UNIMPLEMENTED.
+    #[tokio::test]
+    async fn requests_carry_reaplets_user_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("cri.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let record = seen.clone();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc =
+                hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| {
+                    let ua = r.headers().get(http::header::USER_AGENT);
+                    record
+                        .lock()
+                        .unwrap()
+                        .push(ua.and_then(|v| v.to_str().ok()).unwrap_or("").to_owned());
+                    async {
+                        hyper::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-status", "12")
+                            .body(Empty::<Bytes>::new())
+                    }
+                });
+            let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+        let client = CriClient::new(&CriConfig {
+            endpoint: format!("unix://{}", socket.display()),
+            request_timeout: Duration::from_secs(5),
+        })
+        .unwrap();
+        let r = client.version().await;
+        assert!(matches!(r, Err(CriError::Unimplemented { .. })), "{r:?}");
+        let _ = client.list_sandboxes(None).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        for ua in &seen {
+            assert!(
+                ua.starts_with(&format!("reaplet/{} ", env!("CARGO_PKG_VERSION"))),
+                "User-Agent {ua:?}"
+            );
+        }
+        server.abort();
     }
 }

@@ -1,6 +1,7 @@
 //! An in-memory [`Runtime`] for unit tests under tokio's paused clock: containers that exit on
-//! SIGTERM after a delay, ignore it (SIGKILL at the timeout), or hang the stop call forever.
-//! Every call is recorded with the (virtual) time it was made.
+//! SIGTERM after a delay, ignore it (SIGKILL at the timeout), or hang the stop call forever;
+//! and a stalled runtime ([`FakeRuntime::stall_lists`]: the list calls wait, as they do on a
+//! SIGSTOPped containerd). Every call is recorded with the (virtual) time it was made.
 
 use super::*;
 use std::sync::Mutex;
@@ -48,6 +49,8 @@ struct State {
 #[derive(Default)]
 pub struct FakeRuntime {
     state: Mutex<State>,
+    /// The list calls wait while this is set.
+    lists_stalled: std::sync::atomic::AtomicBool,
 }
 
 impl FakeRuntime {
@@ -85,6 +88,22 @@ impl FakeRuntime {
                 *b,
                 0,
             ));
+        }
+    }
+
+    /// Stalls (or releases) `ListPodSandbox` and `ListContainers`: while stalled they wait
+    /// (their callers' deadlines cut them), and answer once released.
+    pub fn stall_lists(&self, stalled: bool) {
+        self.lists_stalled
+            .store(stalled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    async fn wait_lists(&self) {
+        while self
+            .lists_stalled
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -135,6 +154,7 @@ impl Runtime for FakeRuntime {
     }
 
     async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<RuntimeSandbox>, CriError> {
+        self.wait_lists().await;
         Ok(self
             .lock()
             .sandboxes
@@ -148,6 +168,7 @@ impl Runtime for FakeRuntime {
         &self,
         pod_uid: Option<&str>,
     ) -> Result<Vec<RuntimeContainer>, CriError> {
+        self.wait_lists().await;
         Ok(self
             .lock()
             .containers

@@ -9,8 +9,9 @@
 //!   implies). `UpdatePod`'s role.
 //! * [`worker`]: one owner task per pod UID (`podWorkerLoop`): it feeds its inputs to the pure
 //!   [`crate::lifecycle::step`] and carries out the effects (kill, cleanup, retries, reports).
-//! * [`housekeeping`]: the runtime relist (PLEG's relist), orphans, natural completion and
-//!   garbage collection of finished orphans' sandboxes.
+//! * [`housekeeping`]: the main loop: the heartbeat (liveness), the runtime relist (PLEG's
+//!   relist) under its own deadline, the runtime's health (readiness), orphans, natural
+//!   completion and garbage collection of finished orphans' sandboxes.
 //!
 //! Invariants:
 //! * one owner task per pod UID, fed by a coalescing mailbox: the newest update wins, kill
@@ -45,6 +46,7 @@ use crate::pod::{PodInfo, PodUid};
 use crate::status::ContainerFinal;
 use crate::volumes;
 use crate::wall_ns;
+pub use housekeeping::{BEAT, RuntimeStall, relist_deadline};
 use registry::Registry;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -79,6 +81,10 @@ pub struct PipelineConfig {
     /// A leftover pod cgroup or directory is swept only once untouched this long (a pod the
     /// kubelet is still starting has both before its sandbox).
     pub orphan_min_age: Duration,
+    /// With no relist answered for this long the runtime counts as stalled: `/readyz` fails
+    /// with the reason and a `ContainerRuntimeUnhealthy` event is recorded once (kubelet:
+    /// `maxWaitForContainerRuntime`, 30 s, after which the node's runtime is reported down).
+    pub runtime_unhealthy_after: Duration,
 }
 
 impl Default for PipelineConfig {
@@ -93,6 +99,7 @@ impl Default for PipelineConfig {
             exceeded_grace_slack: Duration::from_secs(10),
             owns_static_pods: false,
             orphan_min_age: Duration::from_secs(120),
+            runtime_unhealthy_after: Duration::from_secs(30),
         }
     }
 }
@@ -171,6 +178,9 @@ pub enum PodSource {
 }
 
 impl PodSource {
+    /// Every source (the bounded label values of the working-pods gauges).
+    pub const ALL: [PodSource; 3] = [Self::Api, Self::File, Self::Runtime];
+
     pub fn of(pod: &PodInfo) -> Self {
         if pod.static_pod {
             Self::File
@@ -244,11 +254,15 @@ struct Inner<R> {
     relist_now: Notify,
     status: OnceLock<Arc<dyn StatusSink>>,
     metrics: OnceLock<Arc<Metrics>>,
-    /// Housekeeping's last pass (ms since `started`), for the watchdog.
+    /// The housekeeping loop's last beat (ms since `started`), for `/healthz` and the
+    /// watchdog: it beats every [`housekeeping::BEAT`] while it waits and while a relist runs,
+    /// never waiting on the runtime for it.
     heartbeat: std::sync::atomic::AtomicU64,
     started: Instant,
+    /// When the runtime last answered a relist, and what went wrong since (short lock).
+    runtime_health: Mutex<housekeeping::RuntimeHealth>,
     /// Test hook (feature `test-hooks`, never in release packages): a frozen housekeeping
-    /// loop stops at its next pass forever, as a wedged main loop would.
+    /// loop stops beating at once and forever, as a wedged main loop would.
     #[cfg(feature = "test-hooks")]
     frozen: Notify,
 }
@@ -293,6 +307,7 @@ impl<R: Runtime> PodWorkers<R> {
                 metrics: OnceLock::new(),
                 heartbeat: std::sync::atomic::AtomicU64::new(0),
                 started: Instant::now(),
+                runtime_health: Mutex::new(housekeeping::RuntimeHealth::new(Instant::now())),
                 #[cfg(feature = "test-hooks")]
                 frozen: Notify::new(),
             }),
@@ -321,7 +336,9 @@ impl<R: Runtime> PodWorkers<R> {
         self.registry().synced_at.is_some()
     }
 
-    /// How long ago housekeeping last completed a pass (the main loop's liveness).
+    /// How long ago the housekeeping loop last beat (the main loop's liveness). It beats
+    /// while a relist waits on the runtime: a stalled runtime is a readiness matter
+    /// ([`PodWorkers::runtime_stall`]), not a liveness one.
     pub fn since_heartbeat(&self) -> Duration {
         let beat = self
             .inner
