@@ -9,9 +9,13 @@
 //!   implies). `UpdatePod`'s role.
 //! * [`worker`]: one owner task per pod UID (`podWorkerLoop`): it feeds its inputs to the pure
 //!   [`crate::lifecycle::step`] and carries out the effects (kill, cleanup, retries, reports).
-//! * [`housekeeping`]: the main loop: the heartbeat (liveness), the runtime relist (PLEG's
-//!   relist) under its own deadline, the runtime's health (readiness), orphans, natural
-//!   completion and garbage collection of finished orphans' sandboxes.
+//! * [`housekeeping`]: the main loop: the runtime relist (PLEG's relist) under its own
+//!   deadline, orphans, natural completion and garbage collection of finished orphans'
+//!   sandboxes.
+//! * [`runtime_health`]: the main loop's heartbeat (liveness), the relist deadline and the
+//!   runtime's health (readiness) judged from the relists.
+//! * [`sweeps`]: the node's leftovers (`cleanupOrphanedPodCgroups`, `cleanupOrphanedPodDirs`):
+//!   orphaned pod cgroups and pod directories.
 //!
 //! Invariants:
 //! * one owner task per pod UID, fed by a coalescing mailbox: the newest update wins, kill
@@ -30,6 +34,8 @@
 
 mod housekeeping;
 mod registry;
+mod runtime_health;
+mod sweeps;
 mod worker;
 
 #[cfg(test)]
@@ -46,8 +52,8 @@ use crate::pod::{PodInfo, PodUid};
 use crate::status::ContainerFinal;
 use crate::volumes;
 use crate::wall_ns;
-pub use housekeeping::{BEAT, RuntimeStall, relist_deadline};
 use registry::Registry;
+pub use runtime_health::{BEAT, RuntimeStall, relist_deadline};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -255,12 +261,12 @@ struct Inner<R> {
     status: OnceLock<Arc<dyn StatusSink>>,
     metrics: OnceLock<Arc<Metrics>>,
     /// The housekeeping loop's last beat (ms since `started`), for `/healthz` and the
-    /// watchdog: it beats every [`housekeeping::BEAT`] while it waits and while a relist runs,
+    /// watchdog: it beats every [`runtime_health::BEAT`] while it waits and while a relist runs,
     /// never waiting on the runtime for it.
     heartbeat: std::sync::atomic::AtomicU64,
     started: Instant,
     /// When the runtime last answered a relist, and what went wrong since (short lock).
-    runtime_health: Mutex<housekeeping::RuntimeHealth>,
+    runtime_health: Mutex<runtime_health::RuntimeHealth>,
     /// Test hook (feature `test-hooks`, never in release packages): a frozen housekeeping
     /// loop stops beating at once and forever, as a wedged main loop would.
     #[cfg(feature = "test-hooks")]
@@ -307,7 +313,7 @@ impl<R: Runtime> PodWorkers<R> {
                 metrics: OnceLock::new(),
                 heartbeat: std::sync::atomic::AtomicU64::new(0),
                 started: Instant::now(),
-                runtime_health: Mutex::new(housekeeping::RuntimeHealth::new(Instant::now())),
+                runtime_health: Mutex::new(runtime_health::RuntimeHealth::new(Instant::now())),
                 #[cfg(feature = "test-hooks")]
                 frozen: Notify::new(),
             }),

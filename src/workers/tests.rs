@@ -41,7 +41,7 @@ fn pod(names: &[&str]) -> PodInfo {
 
 #[test]
 fn leftovers_are_swept_only_once_untouched_long_enough() {
-    use super::housekeeping::untouched_for;
+    use super::sweeps::untouched_for;
     let dir = tempfile::tempdir().unwrap();
     assert!(
         !untouched_for(dir.path(), Duration::from_secs(60)),
