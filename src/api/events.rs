@@ -15,32 +15,27 @@ use tokio_util::sync::CancellationToken;
 /// The `source.component` and `reportingComponent` of reaplet's events.
 pub const COMPONENT: &str = "reaplet";
 
-fn to_api(ev: &PodEvent, node: &str) -> Event {
+/// An event as the kubelet's recorder writes one: `involved` in `namespace`, from this node.
+fn event(
+    namespace: &str,
+    involved: ObjectReference,
+    reason: &str,
+    message: &str,
+    warning: bool,
+    node: &str,
+) -> Event {
     let now = jiff::Timestamp::now();
+    let about = involved.name.clone().unwrap_or_default();
     Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", ev.name, now.as_nanosecond())),
-            namespace: Some(ev.namespace.clone()),
+            name: Some(format!("{about}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace.into()),
             ..ObjectMeta::default()
         },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(ev.name.clone()),
-            namespace: Some(ev.namespace.clone()),
-            uid: Some(ev.uid.to_string()),
-            ..ObjectReference::default()
-        },
-        reason: Some(ev.reason.as_str().into()),
-        message: Some(ev.message.clone()),
-        type_: Some(
-            if ev.reason.is_warning() {
-                "Warning"
-            } else {
-                "Normal"
-            }
-            .into(),
-        ),
+        involved_object: involved,
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         source: Some(EventSource {
             component: Some(COMPONENT.into()),
             host: Some(node.into()),
@@ -54,36 +49,37 @@ fn to_api(ev: &PodEvent, node: &str) -> Event {
     }
 }
 
+fn to_api(ev: &PodEvent, node: &str) -> Event {
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(ev.name.clone()),
+        namespace: Some(ev.namespace.clone()),
+        uid: Some(ev.uid.to_string()),
+        ..ObjectReference::default()
+    };
+    let warning = ev.reason.is_warning();
+    event(
+        &ev.namespace,
+        pod,
+        ev.reason.as_str(),
+        &ev.message,
+        warning,
+        node,
+    )
+}
+
 /// An event about this node, as the kubelet records them: in `default`, the involved object
-/// the Node with the node's name for its UID (the kubelet's `nodeRef`).
+/// the Node with the node's name for its UID (the kubelet's `nodeRef`). Node events are
+/// warnings.
 fn node_to_api(ev: &NodeEvent, node: &str) -> Event {
-    let now = jiff::Timestamp::now();
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{node}.{:x}", now.as_nanosecond())),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            uid: Some(node.into()),
-            ..ObjectReference::default()
-        },
-        reason: Some(ev.reason.as_str().into()),
-        message: Some(ev.message.clone()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: Some(node.into()),
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        reporting_component: Some(COMPONENT.into()),
-        reporting_instance: Some(node.into()),
-        ..Event::default()
-    }
+    let this = ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        uid: Some(node.into()),
+        ..ObjectReference::default()
+    };
+    event("default", this, ev.reason.as_str(), &ev.message, true, node)
 }
 
 /// Posts events from `rx` (pods) and `node_rx` (this node) until cancelled.

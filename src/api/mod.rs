@@ -101,14 +101,18 @@ pub fn user_agent() -> String {
 /// the `Retry-After` header, on 429s and on 5xx answers that invite a retry).
 pub fn retry_after(e: &kube::Error) -> Option<Duration> {
     match e {
-        kube::Error::Api(s) => s
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|s| *s > 0)
-            .map(|s| Duration::from_secs(u64::from(s))),
+        kube::Error::Api(s) => status_retry_after(s),
         _ => None,
     }
+}
+
+/// A Status answer's `retryAfterSeconds`, when it asks for one.
+pub fn status_retry_after(s: &kube::core::Status) -> Option<Duration> {
+    s.details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(u64::from(s)))
 }
 
 /// The kubelet's order: an explicit kubeconfig, else the in-cluster service account.

@@ -128,12 +128,7 @@ fn watch_retry_after(e: &watcher::Error) -> Option<Duration> {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
         | watcher::Error::WatchFailed(e) => super::retry_after(e),
-        watcher::Error::WatchError(s) => s
-            .details
-            .as_ref()
-            .map(|d| d.retry_after_seconds)
-            .filter(|s| *s > 0)
-            .map(|s| Duration::from_secs(u64::from(s))),
+        watcher::Error::WatchError(s) => super::status_retry_after(s),
         watcher::Error::NoResourceVersion => None,
     }
 }
