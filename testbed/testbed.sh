@@ -3,17 +3,24 @@
 # cgroup root, with busybox and pause images built locally (no registry is reachable).
 #
 #   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc if missing
-#   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR)
+#   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR,
+#                                with their sha256 digests: a broken or truncated one is rebuilt)
 #   testbed/testbed.sh start     install + images + start containerd + import images (idempotent)
 #   testbed/testbed.sh stop      kill every pod, stop containerd, unmount, remove leftover cgroups
 #   testbed/testbed.sh restart   stop containerd alone (pods and their shims keep running), start it
 #   testbed/testbed.sh status    exit 0 when the private containerd is running
+#   testbed/testbed.sh apt-install PKG...  apt-get install with a lock timeout and retries
+#                                (what install does; testbed/vm/image.sh uses it too)
 #
 # Settings (environment): REAPLET_TESTBED_DIR (default /tmp/reaplet-testbed),
 # REAPLET_CACHE_DIR (default ~/.cache/reaplet), REAPLET_TESTBED_CGROUP_ROOT (default /reaplet-testbed:
-# the cgroup root the test pods go below, in every hierarchy, and that stop cleans).
+# the cgroup root the test pods go below, in every hierarchy, and that stop cleans),
+# REAPLET_APT_LOCK_TIMEOUT (seconds apt waits for another apt/dpkg to finish; default 300).
 # The socket is $REAPLET_TESTBED_DIR/containerd.sock.
-set -euo pipefail
+# Any failing command stops the script with a message naming the step and the command
+# (errexit reaches into command substitutions and functions; pipes fail on any member).
+set -eEuo pipefail
+shopt -s inherit_errexit
 
 DIR=${REAPLET_TESTBED_DIR:-/tmp/reaplet-testbed}
 CACHE=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}
@@ -27,27 +34,79 @@ PAUSE_IMAGE=reaplet.test/pause:latest
 log() { printf 'testbed: %s\n' "$*" >&2; }
 die() { printf 'testbed: ERROR: %s\n' "$*" >&2; exit 1; }
 
+# what the script is doing, for the message of a command that fails
+STEP="${1:-usage}"
+on_err() { # on_err STATUS LINE COMMAND
+    # a failed `x=$(...)` was reported inside the substitution already
+    case $3 in *'$('*) exit "$1" ;; esac
+    printf 'testbed: ERROR: step "%s" failed: `%s` exited with status %s (testbed.sh line %s)\n' \
+        "$STEP" "$3" "$1" "$2" >&2
+    exit "$1"
+}
+trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
+
 need_root() {
     [ "$(id -u)" = 0 ] || die "the test bed needs root (containerd, cgroups, mounts); run as root"
 }
 
+# apt-get with a lock timeout (another apt or unattended-upgrades may hold dpkg's lock) and
+# download retries
+apt_get() {
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="${REAPLET_APT_LOCK_TIMEOUT:-300}" \
+        -o Acquire::Retries=3 "$@"
+}
+
+# apt-get update, retried with backoff (5, 10, 20 s) on transient failures (mirror, network, lock)
+apt_update() {
+    local attempt delay=5 out=
+    for attempt in 1 2 3 4; do
+        if out=$(apt_get update -qq 2>&1); then return 0; fi
+        [ "$attempt" = 4 ] && break
+        log "apt-get update failed (attempt $attempt of 4; retrying in $delay s): $(printf '%s\n' "$out" | tail -1)"
+        sleep "$delay"
+        delay=$((delay * 2))
+    done
+    printf '%s\n' "$out" >&2
+    die "install step \"apt-get update\" failed 4 times (apt's output above); check the network and the apt sources"
+}
+
+# apt_install PKG...: update the package lists, install, or stop with a message naming the step
+cmd_apt_install() {
+    [ $# -gt 0 ] || die "apt-install: which packages?"
+    need_root
+    STEP="apt-get update"
+    apt_update
+    STEP="apt-get install $*"
+    local out rc=0
+    out=$(apt_get install -y -qq --no-install-recommends "$@" 2>&1) || rc=$?
+    if [ "$rc" != 0 ]; then
+        printf '%s\n' "$out" | tail -20 >&2
+        die "install step \"apt-get install $*\" failed with status $rc (apt's output above)"
+    fi
+}
+
 cmd_install() {
+    STEP=install
     local missing=()
     command -v containerd >/dev/null || missing+=(containerd)
     command -v runc >/dev/null || missing+=(runc)
     [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || missing+=(busybox-static)
     command -v gcc >/dev/null || missing+=(gcc libc6-dev)
     if [ ${#missing[@]} -gt 0 ]; then
-        need_root
-        log "installing ${missing[*]} from Debian's packages"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        log "installing ${missing[*]} from Debian's packages (apt-get)"
+        local t0=$SECONDS
+        cmd_apt_install "${missing[@]}"
+        local c
+        for c in containerd runc gcc; do
+            command -v "$c" >/dev/null ||
+                die "install step \"apt-get install ${missing[*]}\" succeeded but $c is still not on PATH"
+        done
+        log "installed ${missing[*]} in $((SECONDS - t0)) s"
     fi
     if ! file_is_static /bin/busybox; then
-        need_root
         log "installing busybox-static (the image needs a static busybox)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
+        cmd_apt_install busybox-static
+        file_is_static /bin/busybox || die "busybox-static is installed but /bin/busybox is not static"
     fi
 }
 
@@ -58,13 +117,14 @@ file_is_static() {
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-# write_blob FILE -> prints "sha256:<hex> <size>" and stores FILE in the layout's blobs
+# write_blob FILE LAYOUT -> prints "sha256:<hex> <size>" and stores FILE in the layout's blobs
 write_blob() {
-    local f=$1 layout=$2 d
+    local f=$1 layout=$2 d size
     d=$(sha "$f")
+    size=$(stat -c %s "$f")
     mkdir -p "$layout/blobs/sha256"
     cp "$f" "$layout/blobs/sha256/$d"
-    printf 'sha256:%s %s\n' "$d" "$(stat -c %s "$f")"
+    printf 'sha256:%s %s\n' "$d" "$size"
 }
 
 det_tar() { # det_tar OUT DIR: deterministic tar of DIR's contents
@@ -75,16 +135,20 @@ det_tar() { # det_tar OUT DIR: deterministic tar of DIR's contents
 # build_image OUT_TAR ROOTFS ENTRYPOINT_JSON NAME...
 build_image() {
     local out=$1 rootfs=$2 entry=$3; shift 3
-    local work layout ldig lsize cdig csize mdig msize names=""
+    local work layout blob ldig lsize cdig csize mdig msize names=""
     work=$(mktemp -d); layout=$work/layout; mkdir -p "$layout"
     det_tar "$work/layer.tar" "$rootfs"
-    read -r ldig lsize < <(write_blob "$work/layer.tar" "$layout")
+    # (not `read < <(...)`: a process substitution's failure would go unnoticed)
+    blob=$(write_blob "$work/layer.tar" "$layout")
+    read -r ldig lsize <<<"$blob"
     printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin:/usr/bin:/sbin"],"Entrypoint":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]}}' \
         "$entry" "$ldig" >"$work/config.json"
-    read -r cdig csize < <(write_blob "$work/config.json" "$layout")
+    blob=$(write_blob "$work/config.json" "$layout")
+    read -r cdig csize <<<"$blob"
     printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}' \
         "$cdig" "$csize" "$ldig" "$lsize" >"$work/manifest.json"
-    read -r mdig msize < <(write_blob "$work/manifest.json" "$layout")
+    blob=$(write_blob "$work/manifest.json" "$layout")
+    read -r mdig msize <<<"$blob"
     local n
     for n in "$@"; do
         [ -n "$names" ] && names+=","
@@ -100,40 +164,75 @@ build_image() {
 
 images_key() {
     # contents only (not paths): every checkout of the same sources shares the cache
-    { /bin/busybox 2>&1 | head -1; cat "$HERE/testbed.sh" "$HERE/pause.c"; } | sha256sum | cut -c1-16
+    { sha /bin/busybox; cat "$HERE/testbed.sh" "$HERE/pause.c"; } | sha256sum | cut -c1-16
+}
+
+# images_ok DIR: both tarballs are there and match the digests recorded when they were built
+images_ok() {
+    [ -f "$1/SHA256SUMS" ] && grep -q ' busybox.tar$' "$1/SHA256SUMS" &&
+        grep -q ' pause.tar$' "$1/SHA256SUMS" &&
+        (cd "$1" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1)
 }
 
 cmd_images() {
     cmd_install
+    STEP=images
     local key out
     key=$(images_key)
     out=$CACHE/images/$key
-    if [ -f "$out/busybox.tar" ] && [ -f "$out/pause.tar" ]; then
-        echo "$out"; return
-    fi
-    log "building images into $out"
-    mkdir -p "$out"
-    local work; work=$(mktemp -d)
+    mkdir -p "$CACHE/images"
+    # one build at a time (the integration tests start many test beds at once); the lock's
+    # descriptor is closed after the group, so containerd never inherits it
+    {
+        flock 8
+        if ! images_ok "$out"; then
+            if [ -e "$out" ]; then
+                log "cached images in $out do not match their recorded sha256 digests (broken or truncated): rebuilding"
+            fi
+            build_images "$out"
+            images_ok "$out" || die "the images just built in $out do not match their digests"
+        fi
+    } 8>"$CACHE/images/.lock"
+    echo "$out"
+}
+
+# build_images OUT: builds both tarballs in a scratch directory, records their digests
+# (SHA256SUMS) and moves the result into place whole: a failed build never leaves a cache entry
+build_images() {
+    local out=$1 t0=$SECONDS work
+    log "building the busybox and pause images into $out"
+    work=$(mktemp -d "$CACHE/images/build.XXXXXX")
+    # shellcheck disable=SC2064 # the path now: $work is local
+    trap "rm -rf '$work'" EXIT
     # busybox: /bin/busybox and one symlink per applet, passwd/group, /tmp 1777
-    local r=$work/busybox
+    STEP="images: busybox root filesystem"
+    local r=$work/busybox applets a
     mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/root" "$r/var/run"
     cp /bin/busybox "$r/bin/busybox"
-    local a
-    for a in $(/bin/busybox --list); do
+    applets=$(/bin/busybox --list)
+    for a in $applets; do
         [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"
     done
     chmod 1777 "$r/tmp"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
-    build_image "$out/busybox.tar" "$r" '["/bin/sh"]' "$BUSYBOX_IMAGE"
+    mkdir -p "$work/out"
+    STEP="images: busybox image"
+    build_image "$work/out/busybox.tar" "$r" '["/bin/sh"]' "$BUSYBOX_IMAGE"
     # pause: a static C binary (exit 0 on TERM/INT, reaps children)
+    STEP="images: pause binary (gcc -static)"
     local p=$work/pause
     mkdir -p "$p"
     gcc -static -Os -o "$p/pause" "$HERE/pause.c"
     strip "$p/pause" 2>/dev/null || true
-    build_image "$out/pause.tar" "$p" '["/pause"]' "$PAUSE_IMAGE" registry.k8s.io/pause:3.6
+    STEP="images: pause image"
+    build_image "$work/out/pause.tar" "$p" '["/pause"]' "$PAUSE_IMAGE" registry.k8s.io/pause:3.6
+    (cd "$work/out" && sha256sum busybox.tar pause.tar >SHA256SUMS)
+    rm -rf "$out"
+    mv "$work/out" "$out"
     rm -rf "$work"
-    echo "$out"
+    STEP=images
+    log "images built in $((SECONDS - t0)) s"
 }
 
 running() {
@@ -197,7 +296,9 @@ cmd_restart() {
 
 cmd_start() {
     need_root
-    local images; images=$(cmd_images)
+    local images
+    images=$(cmd_images)
+    STEP=start
     if running; then
         log "containerd already running on $SOCK"
         return
@@ -213,6 +314,7 @@ cmd_start() {
         sleep 0.05
     done
     [ -S "$SOCK" ] || die "containerd did not open $SOCK within 10 s (see $DIR/containerd.log)"
+    STEP="start: import the images"
     ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs "$images/busybox.tar" >/dev/null
     ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs "$images/pause.tar" >/dev/null
     log "ready: socket $SOCK, images $BUSYBOX_IMAGE $PAUSE_IMAGE"
@@ -223,11 +325,11 @@ cmd_stop() {
     if [ -S "$SOCK" ] && running; then
         local t
         # pods first: kill every task so no process of the test bed outlives it
-        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null || true); do
             ctr --address "$SOCK" -n k8s.io tasks kill -a -s SIGKILL "$t" >/dev/null 2>&1 || true
         done
         sleep 0.3
-        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null || true); do
             ctr --address "$SOCK" -n k8s.io tasks rm -f "$t" >/dev/null 2>&1 || true
         done
         kill -TERM "$(cat "$DIR/containerd.pid")" 2>/dev/null || true
@@ -261,6 +363,7 @@ images) cmd_images ;;
 start) cmd_start ;;
 restart) cmd_restart ;;
 stop) cmd_stop ;;
-status) running ;;
-*) sed -n '2,15p' "$0"; exit 64 ;;
+status) running || exit 1 ;;
+apt-install) shift; cmd_apt_install "$@" ;;
+*) sed -n '2,24p' "$0"; exit 64 ;;
 esac

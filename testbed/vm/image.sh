@@ -10,21 +10,41 @@
 # ~/.cache/reaplet); the key covers the package list, the kernel package's version, the host's
 # apt sources and every file baked into the image (this script and testbed/vm/guest/*), so a
 # change to any of them builds a new image. Old images are removed after a successful build.
-# Needs root and Debian's apt sources; installs qemu-system-x86, mmdebstrap and friends if missing.
-set -euo pipefail
+# The image's files are recorded with their sha256 digests (SHA256SUMS) when it is built and
+# checked on every reuse (about 7 s for the 2 GiB root filesystem): a broken or truncated image
+# is rebuilt. Any failing command stops the script with a message naming the step.
+# Needs root and Debian's apt sources; installs qemu-system-x86, mmdebstrap and friends if missing
+# (through testbed/testbed.sh apt-install: apt lock timeout and retries).
+set -eEuo pipefail
+shopt -s inherit_errexit
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}/vm
 SUITE=bookworm
 PACKAGES=systemd,systemd-sysv,udev,dbus,kmod,containerd,runc,iproute2,busybox-static,procps
 SOURCES=/etc/apt/sources.list.d/debian.sources
+# the files an image consists of (all of them are covered by its SHA256SUMS)
+FILES=(vmlinuz initrd.gz rootfs.img kernel)
 
 log() { printf 'vm-image: %s\n' "$*" >&2; }
 die() { printf 'vm-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "building the VM image needs root (mmdebstrap, file ownership)"
-[ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
-[ -f "$SOURCES" ] || die "no apt sources file on this host"
+# what the script is doing, for the message of a command that fails
+STEP=start
+on_err() { # on_err STATUS LINE COMMAND
+    # a failed `x=$(...)` was reported inside the substitution already
+    case $3 in *'$('*) exit "$1" ;; esac
+    printf 'vm-image: ERROR: step "%s" failed: `%s` exited with status %s (image.sh line %s)\n' \
+        "$STEP" "$3" "$1" "$2" >&2
+    exit "$1"
+}
+trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
+
+preflight() {
+    [ "$(id -u)" = 0 ] || die "building the VM image needs root (mmdebstrap, file ownership)"
+    [ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
+    [ -f "$SOURCES" ] || die "no apt sources file on this host"
+}
 
 install_host_tools() {
     local missing=()
@@ -35,10 +55,9 @@ install_host_tools() {
     command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
     [ -x /bin/busybox ] || missing+=(busybox-static)
     if [ ${#missing[@]} -gt 0 ]; then
-        log "installing ${missing[*]} from Debian's packages"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        STEP="install ${missing[*]}"
+        log "installing ${missing[*]} from Debian's packages (apt-get)"
+        bash "$HERE/../testbed.sh" apt-install "${missing[@]}"
     fi
 }
 
@@ -68,20 +87,23 @@ build() {
     root=$work/root
     kpkg=$(kernel_package)
     kver=${kpkg#linux-image-}
+    STEP="root filesystem (mmdebstrap)"
     log "building a $SUITE root filesystem ($PACKAGES)"
-    mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
+    mmdebstrap --quiet --variant=minbase --include="$PACKAGES" --aptopt='Acquire::Retries "3"' \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         "$SUITE" "$root" "$SOURCES" >&2
 
+    STEP="kernel ($kpkg)"
     log "unpacking $kpkg (not installed: no initramfs-tools in the guest)"
-    (cd "$work" && apt-get -o APT::Sandbox::User=root download -qq "$kpkg" >&2)
+    (cd "$work" && apt-get -o APT::Sandbox::User=root -o Acquire::Retries=3 download -qq "$kpkg" >&2)
     # --keep-directory-symlink: /lib is a symlink to usr/lib in the root filesystem
     dpkg-deb --fsys-tarfile "$work"/"$kpkg"_*.deb |
         tar -x --keep-directory-symlink -C "$root"
     /sbin/depmod -b "$root" "$kver"
     cp "$root/boot/vmlinuz-$kver" "$work/vmlinuz"
 
+    STEP="configuring the guest"
     log "configuring the guest"
     echo reaplet-vm >"$root/etc/hostname"
     printf '127.0.0.1 localhost\n127.0.1.1 reaplet-vm\n' >"$root/etc/hosts"
@@ -103,13 +125,15 @@ build() {
     done
     rm -rf "$root/var/cache/apt/archives"/*.deb "$root/var/lib/apt/lists"/* "$root/boot"/*
 
+    STEP="initramfs"
     log "building the initramfs"
-    local ird=$work/initramfs m i=0
+    local ird=$work/initramfs m mods i=0
     mkdir -p "$ird"/{bin,mod,proc,sys,dev,newroot}
     cp /bin/busybox "$ird/bin/busybox"
-    for m in $( { /sbin/modprobe -d "$root" -S "$kver" --show-depends virtio_pci
+    mods=$( { /sbin/modprobe -d "$root" -S "$kver" --show-depends virtio_pci
         /sbin/modprobe -d "$root" -S "$kver" --show-depends virtio_blk; } |
-        awk '$1=="insmod" && !seen[$2]++ {print $2}'); do
+        awk '$1=="insmod" && !seen[$2]++ {print $2}')
+    for m in $mods; do
         i=$((i + 1))
         cp "$m" "$ird/mod/$(printf %02d "$i")-$(basename "$m")"
     done
@@ -117,6 +141,7 @@ build() {
     install -m 0755 "$HERE/guest/init" "$ird/init"
     (cd "$ird" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 
+    STEP="ext4 image"
     log "writing the ext4 image"
     /sbin/mkfs.ext4 -q -F -L reaplet-vm -d "$root" "$work/rootfs.img" 2G >&2
     rm -rf "$root"
@@ -127,9 +152,26 @@ build() {
     mv "$out.new" "$out"
 }
 
+# image_ok DIR: every file of the image is there and matches the digest recorded at build time
+image_ok() {
+    local f
+    [ -f "$1/SHA256SUMS" ] || return 1
+    for f in "${FILES[@]}"; do
+        grep -q " $f\$" "$1/SHA256SUMS" || return 1
+    done
+    (cd "$1" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1)
+}
+
+# record_digests DIR: writes SHA256SUMS last, so an image without it was never finished
+record_digests() {
+    (cd "$1" && sha256sum "${FILES[@]}" >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+}
+
 main() {
+    preflight
     mkdir -p "$CACHE"
     if [ "${1:-}" != --key ]; then install_host_tools; fi
+    STEP="cache key"
     local key out
     key=$(cache_key)
     if [ "${1:-}" = --key ]; then echo "$key"; return; fi
@@ -137,14 +179,26 @@ main() {
     # one build at a time; a second caller waits and then finds the image
     exec 9>"$CACHE/.lock"
     flock 9
-    if [ ! -f "$out/rootfs.img" ]; then
+    STEP="digest check"
+    [ -e "$out" ] && log "checking the cached image $key against its sha256 digests"
+    if [ -e "$out" ] && ! image_ok "$out"; then
+        log "the cached image in $out does not match its recorded sha256 digests (broken, truncated or unfinished): rebuilding"
+        rm -rf "$out"
+    fi
+    if [ ! -e "$out" ]; then
         local t0=$SECONDS
         build "$out"
+        STEP="recording digests"
+        record_digests "$out"
         log "image $key built in $((SECONDS - t0)) s"
         # older images are stale now
         find "$CACHE" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name 'build.*' -exec rm -rf {} +
     fi
+    exec 9>&-
     echo "$out"
 }
 
-main "$@"
+# run unless sourced (tests/scripts.rs sources it to drive main with a stub build)
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    main "$@"
+fi

@@ -1,6 +1,8 @@
-//! Host side: image, inputs, one qemu boot, the report.
+//! Host side: image, inputs, one qemu boot (KVM when `/dev/kvm` is usable, TCG otherwise:
+//! [`reaplet::testbed::Accel`]), the report.
 
 use crate::{Outcome, SCENARIOS};
+use reaplet::testbed::{ACCEL_ENV, Accel, KVM_DEVICE};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +32,96 @@ fn script_dir(repo: &Path, script: &str, args: &[&str]) -> Result<PathBuf, Strin
         return Err(format!("{script} printed no directory: {stdout:?}"));
     }
     Ok(PathBuf::from(dir))
+}
+
+/// The files one boot uses.
+struct Disks<'a> {
+    /// The cached image directory (vmlinuz, initrd.gz, rootfs.img).
+    image: &'a Path,
+    in_tar: &'a Path,
+    out_img: &'a Path,
+    console: &'a Path,
+}
+
+/// How one boot ended.
+enum Booted {
+    /// qemu exited (the guest powers off when its runner is done).
+    Exited(std::process::ExitStatus, Duration),
+    /// Killed at the overall limit.
+    TimedOut(Duration),
+    /// Killed at [`Accel::start_limit`]: the guest's runner had not started.
+    NotStarted(Duration),
+}
+
+/// What the guest's runner prints first on the console (testbed/vm/guest/runner.sh).
+const GUEST_STARTED: &str = "runner: guest driver starting";
+
+/// Boots the VM once with `accel`, on a fresh results disk and console log.
+fn boot(accel: &Accel, d: &Disks<'_>, limit: Duration) -> Result<Booted, String> {
+    std::fs::File::create(d.out_img)
+        .and_then(|f| f.set_len(256 << 20))
+        .map_err(|e| format!("creating {}: {e}", d.out_img.display()))?;
+    let console_file = std::fs::File::create(d.console)
+        .map_err(|e| format!("creating {}: {e}", d.console.display()))?;
+    let console_err = console_file
+        .try_clone()
+        .map_err(|e| format!("creating {}: {e}", d.console.display()))?;
+    let drive = |file: &Path, id: &str, extra: &str| {
+        [
+            "-drive".to_string(),
+            format!("file={},format=raw,if=none,id={id}{extra}", file.display()),
+            "-device".to_string(),
+            format!("virtio-blk-pci,drive={id},serial=reaplet-{id}"),
+        ]
+    };
+    let mut qemu = Command::new(QEMU);
+    qemu.args(accel.qemu_args())
+        .args(["-machine", "pc", "-smp", "2", "-m", "1024"])
+        .args(["-nographic", "-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(d.image.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(d.image.join("initrd.gz"))
+        .args([
+            "-append",
+            "console=ttyS0 quiet panic=-1 reaplet.vmtest systemd.show_status=0",
+        ])
+        .args(drive(&d.image.join("rootfs.img"), "root", ",snapshot=on"))
+        .args(drive(d.in_tar, "in", ",readonly=on"))
+        .args(drive(d.out_img, "out", ""))
+        .stdin(Stdio::null())
+        .stdout(console_file)
+        .stderr(console_err);
+    let start = Instant::now();
+    let mut child = qemu
+        .spawn()
+        .map_err(|e| format!("qemu cannot run here: {e}"))?;
+    let mut started = false;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Ok(Booted::Exited(s, start.elapsed())),
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for qemu: {e}")),
+        }
+        let stuck = match accel.start_limit() {
+            Some(l) if !started && start.elapsed() > l => {
+                started =
+                    std::fs::read_to_string(d.console).is_ok_and(|c| c.contains(GUEST_STARTED));
+                !started
+            }
+            _ => false,
+        };
+        if stuck || start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(if stuck {
+                Booted::NotStarted(start.elapsed())
+            } else {
+                Booted::TimedOut(start.elapsed())
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn tail(path: &Path, n: usize) -> String {
@@ -130,79 +222,52 @@ pub fn main(args: &[String]) -> i32 {
     if !matches!(tar, Ok(s) if s.success()) {
         return loud("packing the inputs with tar failed");
     }
-    if let Err(e) = std::fs::File::create(&out_img).and_then(|f| f.set_len(256 << 20)) {
-        return loud(&format!("creating {}: {e}", out_img.display()));
-    }
-
     let console = work.join("console.log");
-    let Ok(console_file) = std::fs::File::create(&console) else {
-        return loud("cannot create the console log");
-    };
-    let Ok(console_err) = console_file.try_clone() else {
-        return loud("cannot create the console log");
-    };
-    let drive = |file: &Path, id: &str, extra: &str| {
-        [
-            "-drive".to_string(),
-            format!("file={},format=raw,if=none,id={id}{extra}", file.display()),
-            "-device".to_string(),
-            format!("virtio-blk-pci,drive={id},serial=reaplet-{id}"),
-        ]
-    };
-    let mut qemu = Command::new(QEMU);
-    qemu.args([
-        "-accel",
-        "tcg,thread=multi",
-        "-machine",
-        "pc",
-        "-smp",
-        "2",
-        "-m",
-        "1024",
-    ])
-    .args(["-nographic", "-no-reboot", "-nic", "none"])
-    .arg("-kernel")
-    .arg(image.join("vmlinuz"))
-    .arg("-initrd")
-    .arg(image.join("initrd.gz"))
-    .args([
-        "-append",
-        "console=ttyS0 quiet panic=-1 reaplet.vmtest systemd.show_status=0",
-    ])
-    .args(drive(&image.join("rootfs.img"), "root", ",snapshot=on"))
-    .args(drive(&in_tar, "in", ",readonly=on"))
-    .args(drive(&out_img, "out", ""))
-    .stdin(Stdio::null())
-    .stdout(console_file)
-    .stderr(console_err);
     let limit = Duration::from_secs(
         std::env::var("REAPLET_VM_TIMEOUT")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(900),
     );
-    println!(
-        "vm: booting (qemu TCG, 2 vCPUs, 1 GiB; limit {limit:?}); console in {}",
-        console.display()
-    );
-    let boot = Instant::now();
-    let mut child = match qemu.spawn() {
-        Ok(c) => c,
-        Err(e) => return loud(&format!("qemu cannot run here: {e}")),
+    let forced = std::env::var(ACCEL_ENV).ok();
+    let mut accel = match Accel::detect(Path::new(KVM_DEVICE), forced.as_deref()) {
+        Ok(a) => a,
+        Err(e) => return loud(&e),
     };
-    let exit = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if boot.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
+    let disks = Disks {
+        image: &image,
+        in_tar: &in_tar,
+        out_img: &out_img,
+        console: &console,
+    };
+    let (exit, ran) = loop {
+        println!(
+            "vm: booting (qemu with {}, 2 vCPUs, 1 GiB; limit {limit:?}); console in {}",
+            accel.describe(),
+            console.display()
+        );
+        let next = match boot(&accel, &disks, limit) {
+            Err(e) => return loud(&e),
+            Ok(Booted::Exited(s, ran)) if s.success() => break (Some(s), ran),
+            Ok(Booted::TimedOut(ran)) => break (None, ran),
+            Ok(Booted::Exited(s, ran)) => match accel.fallback(&format!("qemu failed ({s})")) {
+                None => break (Some(s), ran),
+                Some(next) => next,
+            },
+            Ok(Booted::NotStarted(ran)) => {
+                match accel.fallback(&format!(
+                    "the guest did not start within {:.0} s",
+                    ran.as_secs_f64()
+                )) {
+                    None => break (None, ran),
+                    Some(next) => next,
+                }
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
-            Err(e) => return loud(&format!("waiting for qemu: {e}")),
-        }
+        };
+        eprintln!("console (last 10 lines):\n{}", tail(&console, 10));
+        println!("vm: KVM does not work here; booting again with TCG");
+        accel = next;
     };
-    let ran = boot.elapsed();
     let Some(exit) = exit else {
         eprintln!("console (last 40 lines):\n{}", tail(&console, 40));
         return loud(&format!("the VM did not power off within {limit:?}"));
@@ -278,14 +343,18 @@ pub fn main(args: &[String]) -> i32 {
         );
     }
     println!(
-        "\nvm: {} passed, {failed} failed; image ready in {:.1} s, boot + scenarios + power-off {:.1} s; \
-         results and journals in {}",
+        "\nvm: {} passed, {failed} failed; image ready in {:.1} s, boot + scenarios + power-off {:.1} s \
+         under {}; results and journals in {}",
         SCENARIOS
             .iter()
             .filter(|n| outcomes.iter().any(|r| r.scenario == **n && r.ok))
             .count(),
         prepared.as_secs_f64(),
         ran.as_secs_f64(),
+        match accel {
+            Accel::Kvm => "KVM",
+            Accel::Tcg(_) => "TCG",
+        },
         results.display()
     );
     if failed > 0 { 1 } else { 0 }

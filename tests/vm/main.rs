@@ -1,7 +1,8 @@
 //! The VM test: reaplet as a systemd service next to containerd, in a Debian 12 guest under
-//! qemu (TCG), with containerd on the **systemd cgroup driver**. The development machines' PID 1
-//! is not systemd, so READY/WATCHDOG, ordering, "stop never kills pods" and systemd-driver
-//! cgroup naming can only be proven here.
+//! qemu (KVM when `/dev/kvm` is usable, TCG otherwise; the output says which, and
+//! `REAPLET_VM_ACCEL=tcg` forces software emulation), with containerd on the **systemd cgroup
+//! driver**. The development machines' PID 1 is not systemd, so READY/WATCHDOG, ordering,
+//! "stop never kills pods" and systemd-driver cgroup naming can only be proven here.
 //!
 //! One binary, two roles:
 //! * **host** (what `cargo test` runs, `harness = false`): builds or finds the cached image
