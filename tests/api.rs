@@ -4,108 +4,15 @@
 
 mod common;
 
+use common::api_harness::{ApiHarness, LIMIT, NODE};
 use common::apiserver::{ApiServer, Recorded};
 use common::*;
-use reaplet::agent::AgentConfig;
 use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
-
-const NODE: &str = "testnode";
-const LIMIT: Duration = Duration::from_secs(40);
-
-struct ApiHarness {
-    api: ApiServer,
-    root: tempfile::TempDir,
-    cancel: CancellationToken,
-    agent: Option<tokio::task::JoinHandle<()>>,
-    tb: Testbed,
-}
-
-impl ApiHarness {
-    async fn new(name: &str) -> ApiHarness {
-        let tb = Testbed::start(repo(), name);
-        let api = ApiServer::start().await;
-        ApiHarness {
-            api,
-            root: tempfile::tempdir().unwrap(),
-            cancel: CancellationToken::new(),
-            agent: None,
-            tb,
-        }
-    }
-
-    fn config(&self, kube: Option<kube::Config>) -> AgentConfig {
-        let mut cfg = AgentConfig::new(
-            NODE,
-            &self.tb.endpoint(),
-            &self.tb.cgroup_root,
-            self.root.path().join("kubelet"),
-        );
-        cfg.kube = kube;
-        cfg.pipeline.volume_poll = Duration::from_millis(100);
-        cfg
-    }
-
-    /// Runs the agent in this process, against the API server.
-    async fn start_agent(&mut self) {
-        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
-        let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
-        let cfg = self.config(Some(kube));
-        let cancel = self.cancel.clone();
-        self.agent = Some(tokio::spawn(async move {
-            reaplet::agent::run(cfg, cancel).await.unwrap();
-        }));
-        self.wait_watching(0).await;
-    }
-
-    /// Stops the in-process agent (as a restart would) and starts it again.
-    async fn restart_agent(&mut self) {
-        self.cancel.cancel();
-        if let Some(a) = self.agent.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
-        }
-        self.cancel = CancellationToken::new();
-        let seen = watches(&self.api.requests());
-        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
-        let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
-        let cfg = self.config(Some(kube));
-        let cancel = self.cancel.clone();
-        self.agent = Some(tokio::spawn(async move {
-            reaplet::agent::run(cfg, cancel).await.unwrap();
-        }));
-        self.wait_watching(seen).await;
-    }
-
-    /// Waits until reaplet has more than `seen` pod watch requests open.
-    async fn wait_watching(&self, seen: usize) {
-        wait_watches(&self.api, seen).await;
-    }
-
-    async fn wait_gone(&self, name: &str) {
-        let start = Instant::now();
-        while self.api.get_pod("default", name).is_some() {
-            assert!(
-                start.elapsed() < LIMIT,
-                "pod {name} still in the API: {:?}\nwrites: {:#?}",
-                self.api.get_pod("default", name),
-                self.api.writes()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn stop(mut self) {
-        self.cancel.cancel();
-        if let Some(a) = self.agent.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
-        }
-    }
-}
 
 /// reaplet's writes about one pod, without events.
 fn pod_writes(api: &ApiServer, name: &str) -> Vec<Recorded> {
@@ -420,7 +327,7 @@ async fn wait_exited(h: &ApiHarness, id: &str, log: &Path) -> reaplet::cri::Cont
         assert!(
             start.elapsed() < LIMIT,
             "container still running\n{}",
-            tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
+            tail(&read_log(log), 40)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -457,7 +364,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     assert!(
         (6.0..6.5).contains(&took),
         "killed after {took:.3}s: not on the original deadline (6 s after the first SIGTERM)\n{}",
-        tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+        tail(&read_log(&log), 40)
     );
     let out = container_log(&h, &t, "app");
     assert_eq!(
@@ -565,7 +472,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
     let _g = KillOnDrop(child.id());
     // the static pod is desired: nothing happens to it, for the whole window
     let client = h.tb.client();
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = || read_log(&log);
     let (id, window) = (p.container_id("app"), Duration::from_secs(3));
     assert_runs_for(
         &client,
@@ -601,7 +508,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
         assert!(
             start.elapsed() < LIMIT,
             "static pod not terminated\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            read_log(&log)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -790,7 +697,7 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
     let _g = KillOnDrop(child.id());
     let client = h.tb.client();
     // desired: it runs on for the whole window (several scans and relists)
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = || read_log(&log);
     let (id, window) = (p.container_id("app"), Duration::from_secs(4));
     assert_runs_for(&client, id, window, "the static pod was stopped", log_text).await;
     let t0 = now_ns();
@@ -808,7 +715,7 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
         assert!(
             start.elapsed() < LIMIT,
             "static pod not terminated\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            read_log(&log)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -10,85 +10,40 @@
 
 mod common;
 
+use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, Recorded};
 use common::*;
-use reaplet::agent::AgentConfig;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, Testbed, launch};
+use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
-const NODE: &str = "testnode";
 /// The window of sickness.
 const WINDOW: Duration = Duration::from_secs(60);
 /// Beyond a pod's grace: the runtime's stop, the status and delete requests, on a loaded
 /// 2-core machine.
 const SLACK: Duration = Duration::from_secs(10);
 
-struct Harness {
-    api: ApiServer,
-    root: tempfile::TempDir,
-    cancel: CancellationToken,
-    agent: Option<tokio::task::JoinHandle<()>>,
-    tb: Testbed,
+/// A running pod that exits at once on SIGTERM, in the runtime and in the API.
+async fn pod(h: &ApiHarness, name: &str, grace: i64) -> PodTemplate {
+    let t = PodTemplate::new(name, grace).container(ContainerTemplate::new("app", TRAPS_TERM));
+    launch(&h.tb, &t).await.unwrap();
+    h.api.create_pod(t.api_object());
+    t
 }
 
-impl Harness {
-    async fn new(name: &str) -> Harness {
-        Harness {
-            tb: Testbed::start(repo(), name),
-            api: ApiServer::start().await,
-            root: tempfile::tempdir().unwrap(),
-            cancel: CancellationToken::new(),
-            agent: None,
-        }
-    }
-
-    /// Starts the agent in this process, connected as its node; does not wait for it.
-    async fn start_agent(&mut self) {
-        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
-        let mut cfg = AgentConfig::new(
-            NODE,
-            &self.tb.endpoint(),
-            &self.tb.cgroup_root,
-            self.root.path().join("kubelet"),
-        );
-        cfg.kube = Some(reaplet::api::client_config(Some(&kc)).await.unwrap());
-        cfg.pipeline.volume_poll = Duration::from_millis(100);
-        let cancel = self.cancel.clone();
-        self.agent = Some(tokio::spawn(async move {
-            reaplet::agent::run(cfg, cancel).await.unwrap();
-        }));
-    }
-
-    /// A running pod that exits at once on SIGTERM, in the runtime and in the API.
-    async fn pod(&self, name: &str, grace: i64) -> PodTemplate {
-        let t = PodTemplate::new(name, grace).container(ContainerTemplate::new("app", TRAPS_TERM));
-        launch(&self.tb, &t).await.unwrap();
-        self.api.create_pod(t.api_object());
-        t
-    }
-
-    /// Waits until the pod object is gone; returns how long that took. Fails after `limit`.
-    async fn wait_gone(&self, name: &str, limit: Duration) -> Duration {
-        let start = Instant::now();
-        while self.api.get_pod("default", name).is_some() {
-            assert!(
-                start.elapsed() < limit,
-                "pod {name} still in the API after {limit:?}: {:#?}",
-                self.api.get_pod("default", name)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        start.elapsed()
-    }
-
-    async fn stop(mut self) {
-        self.cancel.cancel();
-        if let Some(a) = self.agent.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
-        }
-    }
+/// After a sickness that ended: reaplet watches again (more than `seen` watches; how long that
+/// took is printed, `after` naming what ended), and a pod deleted then (`web`, grace 2) ends
+/// within its grace and the slack.
+async fn converges(h: ApiHarness, seen: usize, after: &str) {
+    let recovered = Instant::now();
+    h.wait_watching(seen).await;
+    println!("watching again {:.1?} after {after}", recovered.elapsed());
+    h.api.delete_pod("default", "web", None);
+    let took = h
+        .wait_gone_within("web", Duration::from_secs(2) + SLACK)
+        .await;
+    println!("a pod deleted after the recovery: gone in {took:.1?}");
+    h.stop().await;
 }
 
 fn pod_lists() -> Match {
@@ -109,17 +64,33 @@ fn gaps(rs: &[Recorded]) -> Vec<f64> {
         .collect()
 }
 
+/// Requests `rs` (`what`), the first answered 429 with `Retry-After: 5`: prints the gaps
+/// between them and asserts the retry waited the 5 s.
+#[track_caller]
+fn assert_retried_after_5_s(what: &str, rs: &[Recorded]) {
+    println!(
+        "{what} gaps after a 429 with Retry-After 5: {:.2?}",
+        gaps(rs)
+    );
+    assert_eq!(rs[0].status, 429);
+    assert!(
+        rs[1].at - rs[0].at >= Duration::from_secs(5),
+        "{what} retried {:?} after a 429 asking for 5 s",
+        rs[1].at - rs[0].at
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_answered_500_for_a_minute_are_tried_at_most_ten_times_then_everything_converges() {
-    let mut h = Harness::new("sick-500").await;
-    h.pod("web", 2).await;
+    let mut h = ApiHarness::new("sick-500").await;
+    pod(&h, "web", 2).await;
     let t0 = Instant::now();
     h.api.inject(
         FaultRule::answer(500)
             .matching(pod_lists())
             .for_duration(WINDOW),
     );
-    h.start_agent().await;
+    h.spawn_agent().await;
     // the whole window
     tokio::time::sleep_until((t0 + WINDOW).into()).await;
     let lists: Vec<Recorded> = h
@@ -141,24 +112,14 @@ async fn lists_answered_500_for_a_minute_are_tried_at_most_ten_times_then_everyt
         gaps(&lists)
     );
     // converges: the next attempt comes within the backoff cap, lists, and watches
-    let recovered = Instant::now();
-    wait_watches(&h.api, 0).await;
-    println!(
-        "watching again {:.1?} after the 500s ended",
-        recovered.elapsed()
-    );
-    h.api.delete_pod("default", "web", None);
-    let took = h.wait_gone("web", Duration::from_secs(2) + SLACK).await;
-    println!("a pod deleted after the recovery: gone in {took:.1?}");
-    h.stop().await;
+    converges(h, 0, "the 500s ended").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_closed_unanswered_for_a_minute_cost_at_most_ten_attempts() {
-    let mut h = Harness::new("sick-closed").await;
-    h.pod("web", 2).await;
+    let mut h = ApiHarness::new("sick-closed").await;
+    pod(&h, "web", 2).await;
     h.start_agent().await;
-    wait_watches(&h.api, 0).await;
     let before = reaplets(&h.api).len();
     let t0 = Instant::now();
     // cuts the open watch, then closes every new connection unanswered for the window
@@ -171,22 +132,14 @@ async fn connections_closed_unanswered_for_a_minute_cost_at_most_ten_attempts() 
         "{attempts} attempts in {WINDOW:?}"
     );
     assert_eq!(reaplets(&h.api).len(), before, "no request got through");
-    let recovered = Instant::now();
-    wait_watches(&h.api, watches(&h.api.requests())).await;
-    println!(
-        "watching again {:.1?} after the window",
-        recovered.elapsed()
-    );
-    h.api.delete_pod("default", "web", None);
-    let took = h.wait_gone("web", Duration::from_secs(2) + SLACK).await;
-    println!("a pod deleted after the recovery: gone in {took:.1?}");
-    h.stop().await;
+    let seen = watches(&h.api.requests());
+    converges(h, seen, "the window").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_with_retry_after_5_is_not_retried_before_5_s() {
-    let mut h = Harness::new("sick-429").await;
-    h.pod("web", 2).await;
+    let mut h = ApiHarness::new("sick-429").await;
+    pod(&h, "web", 2).await;
     h.api.inject(
         FaultRule::answer(429)
             .retry_after(5)
@@ -194,18 +147,7 @@ async fn a_429_with_retry_after_5_is_not_retried_before_5_s() {
             .times(1),
     );
     h.start_agent().await;
-    wait_watches(&h.api, 0).await;
-    let lists = h.api.requests_matching(&pod_lists());
-    println!(
-        "LIST gaps after a 429 with Retry-After 5: {:.2?}",
-        gaps(&lists)
-    );
-    assert_eq!(lists[0].status, 429);
-    assert!(
-        lists[1].at - lists[0].at >= Duration::from_secs(5),
-        "LIST retried {:?} after a 429 asking for 5 s",
-        lists[1].at - lists[0].at
-    );
+    assert_retried_after_5_s("LIST", &h.api.requests_matching(&pod_lists()));
     // the same for a status write
     let status = Match::any()
         .method("PATCH")
@@ -219,29 +161,19 @@ async fn a_429_with_retry_after_5_is_not_retried_before_5_s() {
             .times(1),
     );
     h.api.delete_pod("default", "web", None);
-    h.wait_gone("web", Duration::from_secs(2 + 5) + SLACK).await;
-    let patches = h.api.requests_matching(&status);
-    println!(
-        "status PATCH gaps after a 429 with Retry-After 5: {:.2?}",
-        gaps(&patches)
-    );
-    assert_eq!(patches[0].status, 429);
-    assert!(
-        patches[1].at - patches[0].at >= Duration::from_secs(5),
-        "status retried {:?} after a 429 asking for 5 s",
-        patches[1].at - patches[0].at
-    );
+    h.wait_gone_within("web", Duration::from_secs(2 + 5) + SLACK)
+        .await;
+    assert_retried_after_5_s("status PATCH", &h.api.requests_matching(&status));
     h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_hung_for_one_pod_hold_back_no_other_and_time_out() {
-    let mut h = Harness::new("sick-hung").await;
+    let mut h = ApiHarness::new("sick-hung").await;
     let grace = 3;
-    h.pod("slow-a", grace).await;
-    h.pod("fine-b", grace).await;
+    pod(&h, "slow-a", grace).await;
+    pod(&h, "fine-b", grace).await;
     h.start_agent().await;
-    wait_watches(&h.api, 0).await;
     // the server accepts every request about pod A and never answers
     let about_a = Match::any().resource("pods").name("slow-a");
     let stall = h.api.inject(FaultRule::stall().matching(about_a.clone()));
@@ -249,7 +181,7 @@ async fn requests_hung_for_one_pod_hold_back_no_other_and_time_out() {
     h.api.delete_pod("default", "slow-a", None);
     h.api.delete_pod("default", "fine-b", None);
     let b = h
-        .wait_gone("fine-b", Duration::from_secs(grace as u64) + SLACK)
+        .wait_gone_within("fine-b", Duration::from_secs(grace as u64) + SLACK)
         .await;
     println!("pod B gone {b:.1?} after its delete, while pod A's requests hang");
     // A's hung request is abandoned after the request timeout and tried again (a stalled
@@ -281,7 +213,7 @@ async fn requests_hung_for_one_pod_hold_back_no_other_and_time_out() {
     // the server answers again: A converges within a request timeout and a backoff step
     h.api.remove_fault(stall);
     let a = h
-        .wait_gone("slow-a", reaplet::api::REQUEST_TIMEOUT + SLACK * 2)
+        .wait_gone_within("slow-a", reaplet::api::REQUEST_TIMEOUT + SLACK * 2)
         .await;
     println!("pod A gone {a:.1?} after the server answered again");
     // every request says who sent it

@@ -6,11 +6,9 @@
 
 mod common;
 
-use common::apiserver::ApiServer;
 use common::*;
 use reaplet::cri::Runtime;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch};
-use std::net::SocketAddr;
+use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -200,18 +198,9 @@ fn agent(tb: &Testbed, kubeconfig: &Path, root: &Path) -> Command {
     c
 }
 
-fn row<'a>(out: &'a str, check: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(check))
-        .unwrap_or_else(|| panic!("no {check} line in\n{out}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
-    let tb = Testbed::start(repo(), "cli-check");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed("cli-check").await;
     let kc_s = kc.display().to_string();
     let (code, out) = check(&tb, root.path(), &["--kubeconfig", &kc_s]);
     assert_eq!(code, 0, "{out}");
@@ -270,21 +259,12 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
     );
 }
 
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
-    let tb = Testbed::start(repo(), "cli-metrics");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed("cli-metrics").await;
     let t = PodTemplate::new("measured", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
-    launch(&tb, &t).await.unwrap();
-    api.create_pod(t.api_object());
-    let addr = free_port();
+    launch_in_api(&api, &tb, &t).await;
+    let addr = free_addr();
     let log = root.path().join("reaplet.log");
     let mut child = agent(&tb, &kc, root.path())
         .args([
@@ -297,18 +277,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
         .spawn()
         .unwrap();
     let _guard = KillOnDrop(child.id());
-    let start = Instant::now();
-    loop {
-        if let Ok((200, _)) = reaplet::server::fetch(addr, "/readyz").await {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never ready\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&mut child, addr, Duration::from_secs(30), || read_log(&log)).await;
     assert_eq!(
         reaplet::server::fetch(addr, "/healthz").await.unwrap().0,
         200
@@ -316,14 +285,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     let (_, pods) = reaplet::server::fetch(addr, "/pods").await.unwrap();
     assert!(pods.contains("default/measured"), "{pods}");
     api.delete_pod("default", "measured", None);
-    let start = Instant::now();
-    while api.get_pod("default", "measured").is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "pod never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_pods_gone(&api, &["measured"], Duration::from_secs(30), String::new).await;
     let (code, text) = reaplet::server::fetch(addr, "/metrics").await.unwrap();
     assert_eq!(code, 200);
     assert!(
@@ -351,7 +313,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
         "{logs}"
     );
-    unsafe_free_sigterm(child.id());
+    sigterm(child.id());
     let status = child.wait().unwrap();
     assert!(
         status.success(),
@@ -359,24 +321,11 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     );
 }
 
-/// SIGTERM through `kill(1)` (keeps this test file free of unsafe code).
-fn unsafe_free_sigterm(pid: u32) {
-    let st = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_it() {
-    let tb = Testbed::start(repo(), "cli-sigterm");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed("cli-sigterm").await;
     let t = PodTemplate::new("survivor", 8).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let p = launch(&tb, &t).await.unwrap();
-    api.create_pod(t.api_object());
+    let p = launch_in_api(&api, &tb, &t).await;
     let log = root.path().join("reaplet.log");
     let spawn = || {
         agent(&tb, &kc, root.path())
@@ -393,19 +342,11 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     };
     let mut first = spawn();
     let _g1 = KillOnDrop(first.id());
-    let start = Instant::now();
-    while !api
-        .requests()
-        .iter()
-        .any(|r| r.query.get("watch").is_some_and(|w| w == "true"))
-    {
-        assert!(start.elapsed() < Duration::from_secs(30));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_watches(&api, 0).await;
     let t0 = now_ns();
     api.delete_pod("default", "survivor", None);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    unsafe_free_sigterm(first.id());
+    sigterm(first.id());
     assert!(first.wait().unwrap().success());
     // for the whole window after the stop: the pod's container runs on
     let client = tb.client();
@@ -415,15 +356,10 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     assert!(api.get_pod("default", "survivor").is_some());
     let mut second = spawn();
     let _g2 = KillOnDrop(second.id());
-    let start = Instant::now();
-    while api.get_pod("default", "survivor").is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(40),
-            "{}",
-            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_pods_gone(&api, &["survivor"], Duration::from_secs(40), || {
+        tail(&read_log(&log), 30)
+    })
+    .await;
     let st = client
         .container_status(p.container_id("app"))
         .await
@@ -434,16 +370,13 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
         (7.0..=10.5).contains(&took),
         "killed {took:.3}s after the delete (grace 8)"
     );
-    unsafe_free_sigterm(second.id());
+    sigterm(second.id());
     assert!(second.wait().unwrap().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings() {
-    let tb = Testbed::start(repo(), "cli-notify");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed("cli-notify").await;
     let sock = root.path().join("notify.sock");
     let rx = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -480,7 +413,7 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
     );
     assert!(watchdog_after_ready, "no watchdog ping after READY");
     assert!(saw_status, "no STATUS= line");
-    unsafe_free_sigterm(child.id());
+    sigterm(child.id());
     let n = rx.recv(&mut buf).unwrap();
     let mut msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
     while !msgs.contains("STOPPING=1") {
@@ -490,26 +423,15 @@ async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings(
     assert!(child.wait().unwrap().success());
 }
 
-/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
-fn closed_pipe() -> Stdio {
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    writer.into()
-}
-
 /// An agent whose stderr is a closed pipe (every log line fails with EPIPE) keeps working,
 /// `reaplet pods` finds it through the same config file (also with a closed stdout), and
 /// SIGTERM still stops it promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stderr_neither_panics_nor_stops_sigterm_and_pods_reads_the_config() {
-    let tb = Testbed::start(repo(), "cli-epipe");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed("cli-epipe").await;
     let t = PodTemplate::new("piped", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
-    launch(&tb, &t).await.unwrap();
-    api.create_pod(t.api_object());
-    let addr = free_port();
+    launch_in_api(&api, &tb, &t).await;
+    let addr = free_addr();
     // metricsBindAddress only in the file: `reaplet pods` must read it from there
     let config = root.path().join("config.yaml");
     std::fs::write(
@@ -528,17 +450,8 @@ async fn a_closed_stderr_neither_panics_nor_stops_sigterm_and_pods_reads_the_con
         .spawn()
         .unwrap();
     let _guard = KillOnDrop(child.id());
-    let start = Instant::now();
-    loop {
-        if let Ok((200, _)) = reaplet::server::fetch(addr, "/readyz").await {
-            break;
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("reaplet with a closed stderr exited: {st:?}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // a closed stderr: nothing to show of it
+    wait_ready(&mut child, addr, Duration::from_secs(30), String::new).await;
     let pods = || {
         let mut c = reaplet();
         c.args(["pods", "--config"]).arg(&config);
@@ -567,16 +480,9 @@ async fn a_closed_stderr_neither_panics_nor_stops_sigterm_and_pods_reads_the_con
     assert!(!err.contains("panicked"), "{err}");
     // a deletion makes the agent log (to its closed stderr) all the way through
     api.delete_pod("default", "piped", None);
-    let start = Instant::now();
-    while api.get_pod("default", "piped").is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "pod never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_pods_gone(&api, &["piped"], Duration::from_secs(30), String::new).await;
     assert!(child.try_wait().unwrap().is_none(), "reaplet exited");
-    unsafe_free_sigterm(child.id());
+    sigterm(child.id());
     let start = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {

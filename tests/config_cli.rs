@@ -5,52 +5,13 @@
 //! fields logged in one line; the unit and example config run with the node's own credentials.
 //! The rest of the CLI (the test bed, an API server) is in `tests/cli.rs`.
 
+#[path = "common/process.rs"]
+mod process;
+
+use process::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The built binary, without the caller's REAPLET_* or in-cluster environment.
-fn reaplet() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("REAPLET_") || k.starts_with("KUBERNETES_SERVICE") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-/// Kills the child if a test fails before reaping it.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn sigterm(pid: u32) {
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-}
-
-fn row<'a>(out: &'a str, check: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(check))
-        .unwrap_or_else(|| panic!("no {check} line in\n{out}"))
-}
 
 /// Exit code and stderr of `reaplet <args>`, with nothing started (no runtime socket).
 fn config_exit(args: &[&str]) -> (Option<i32>, String) {
@@ -132,13 +93,6 @@ fn an_unreadable_or_invalid_kubeconfig_exits_64_before_anything_starts() {
         assert_eq!(code, Some(64), "{cmd}: {err}");
         assert!(err.contains("kubeconfig"), "{err}");
     }
-}
-
-/// A pipe whose reading end is already closed: every write to it fails with EPIPE.
-fn closed_pipe() -> Stdio {
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    writer.into()
 }
 
 #[test]

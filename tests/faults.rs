@@ -71,12 +71,9 @@ fn spawn_agent(tb: &Testbed, root: &Path, kubeconfig: &Path, log: &Path) -> Chil
     spawn_reaplet(tb, &root.join("kubelet"), &["--kubeconfig", &kc], log)
 }
 
-/// A private containerd, the API server, a root directory with a kubeconfig and a log path.
+/// [`api_bed`], and a log path in its root directory.
 async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, PathBuf) {
-    let tb = Testbed::start(repo(), name);
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
+    let (tb, api, root, kc) = api_bed(name).await;
     let log = root.path().join("reaplet.log");
     (tb, api, root, kc, log)
 }
@@ -109,12 +106,6 @@ async fn leaks<'a>(tb: &Testbed, pods: impl Iterator<Item = (&'a str, &'a PodUid
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
-async fn wait_watching(api: &ApiServer) {
-    wait_watches(api, 0).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 /// The first exit the runtime reported for each container: (exit code, finished_at ns).
@@ -286,7 +277,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
 
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
     // reaplet lists and watches; give it a moment to have every pod in sync
-    wait_watching(&api).await;
+    wait_in_sync(&api).await;
 
     let watcher = exits.watch(&tb, ids);
     let t_del = now_ns();
@@ -353,7 +344,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
         assert!(
             Instant::now() < limit,
             "pods still in the API after the crashes: {left:?}\n{}",
-            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 60)
+            tail(&read_log(&log), 60)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -473,7 +464,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
     let agent_log = || {
         format!(
             "replay with REAPLET_FAULTS_SEED={seed}\n{}",
-            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 80)
+            tail(&read_log(&log), 80)
         )
     };
     assert!(
@@ -503,101 +494,39 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
     );
 }
 
-/// SIGCONTs a frozen process when dropped, so a failed test never leaves a shim stopped.
-struct Thaw(u32);
-
-impl Drop for Thaw {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
-}
-
-/// The containerd shim serving `sandbox_id` (containerd 1.6 runs one per pod).
-fn shim_pid(sandbox_id: &str) -> u32 {
-    let out = Command::new("pgrep")
-        .args(["-f", &format!("containerd-shim-runc-v2 .*-id {sandbox_id}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the pod's shim is running")
-}
-
-async fn metric(addr: &str, name: &str) -> f64 {
-    let Ok((200, body)) = reaplet::server::fetch(addr.parse().unwrap(), "/metrics").await else {
-        return f64::NAN;
-    };
-    body.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_shim_holds_back_only_its_own_pod() {
     const GRACE: f64 = 2.0;
     let (tb, api, root, kc, log) = bed("faults-hung").await;
-    let mut pods = Vec::new();
-    for (i, script) in [
+    let scripts = [
         TRAPS_TERM,
         TRAPS_TERM,
         IGNORES_TERM,
         IGNORES_TERM,
         TRAPS_TERM,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let t = PodTemplate::new(&format!("hung-{i}"), GRACE as i64)
-            .container(ContainerTemplate::new("app", script));
-        let p = launch_in_api(&api, &tb, &t).await;
-        pods.push((t, p));
-    }
+    ];
+    let names = (0..).map(|i| format!("hung-{i}"));
+    let pods = launch_app_pods(&api, &tb, GRACE as i64, names.zip(scripts)).await;
     // a short runtime request timeout: the hung StopContainer (timeout + grace) fails and is
     // retried with backoff instead of waiting the default 2 minutes
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let status = format!("127.0.0.1:{port}");
+    let status = free_addr();
     let out = std::fs::File::create(&log).unwrap();
     let mut agent = reaplet_run(&tb, &root.path().join("kubelet"))
         .arg("--kubeconfig")
         .arg(&kc)
-        .args(["--metrics-bind-address", &status])
+        .args(["--metrics-bind-address", &status.to_string()])
         .args(["--runtime-request-timeout", "5s"])
         .stdout(Stdio::null())
         .stderr(out)
         .spawn()
         .unwrap();
     let _g = KillOnDrop(agent.id());
-    let start = Instant::now();
-    while !matches!(
-        reaplet::server::fetch(status.parse().unwrap(), "/readyz").await,
-        Ok((200, _))
-    ) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "reaplet never ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_ready(&mut agent, status, Duration::from_secs(30), String::new).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (victim_t, victim) = &pods[0];
     let shim = shim_pid(&victim.sandbox_id);
-    assert!(
-        Command::new("kill")
-            .args(["-STOP", &shim.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(shim, "-STOP");
     let thaw = Thaw(shim);
     let t0 = Instant::now();
     for (t, _) in &pods {
@@ -614,7 +543,7 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
                 t0.elapsed() < others_bound,
                 "{} held back by the frozen shim of another pod\n{}",
                 t.name,
-                tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+                tail(&read_log(&log), 40)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -648,7 +577,7 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
     let event_after = t0.elapsed().as_secs_f64();
     assert_eq!(event["involvedObject"]["name"], victim_t.name.as_str());
     assert_eq!(
-        metric(&status, "reaplet_pods_exceeded_grace_period_total").await,
+        metric(status, "reaplet_pods_exceeded_grace_period_total").await,
         1.0
     );
     // the runtime recovers: the stuck pod finishes at its next attempt: the pending backoff
@@ -657,15 +586,11 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
     let recovered = Instant::now();
     let retry_max = reaplet::lifecycle::RETRY_MAX.as_secs_f64() * RETRY_JITTER;
     let recovered_bound = Duration::from_secs_f64(retry_max + STOP_FLOOR + API_FLOOR);
-    while api.get_pod("default", &victim_t.name).is_some() {
-        assert!(
-            recovered.elapsed() < recovered_bound,
-            "the stuck pod never finished after the shim was thawed\n{}",
-            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    wait_pods_gone(&api, &[victim_t.name.as_str()], recovered_bound, || {
+        tail(&read_log(&log), 40)
+    })
+    .await;
+    let agent_log = read_log(&log);
     let failed = agent_log.matches("killing pod failed; will retry").count();
     println!(
         "hung runtime: the other 4 pods gone after {others_gone:.2?} s; ExceededGracePeriod after \
@@ -686,34 +611,24 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
     // kept after the run, for the timeline behind the figures
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults-api-reaplet.log");
     let _ = std::fs::remove_file(&log);
-    let mut pods = Vec::new();
-    for i in 0..7 {
-        let script = if i % 2 == 0 { TRAPS_TERM } else { IGNORES_TERM };
-        let t = PodTemplate::new(&format!("api-{i}"), 3)
-            .container(ContainerTemplate::new("app", script));
-        let p = launch_in_api(&api, &tb, &t).await;
-        pods.push((t, p));
-    }
+    let pods = launch_app_pods(
+        &api,
+        &tb,
+        3,
+        (0..7).map(|i| {
+            let script = if i % 2 == 0 { TRAPS_TERM } else { IGNORES_TERM };
+            (format!("api-{i}"), script)
+        }),
+    )
+    .await;
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
     let _g = KillOnDrop(agent.id());
-    wait_watching(&api).await;
-    let gone =
-        |api: &ApiServer, names: &[&str]| names.iter().all(|n| api.get_pod("default", n).is_none());
+    wait_in_sync(&api).await;
     let wait_gone = |names: Vec<String>, limit: Duration| {
-        let api = &api;
-        let log = &log;
+        let (api, log) = (&api, &log);
         async move {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            let t = Instant::now();
-            while !gone(api, &names) {
-                assert!(
-                    t.elapsed() < limit,
-                    "pods {names:?} not gone after {limit:?}\n{}",
-                    tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            t.elapsed()
+            wait_pods_gone(api, &names, limit, || tail(&read_log(log), 40)).await
         }
     };
 
@@ -840,7 +755,7 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
     }
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
     let _g = KillOnDrop(agent.id());
-    wait_watching(&api).await;
+    wait_in_sync(&api).await;
     let exits = Exits::default();
     let watcher = exits.watch(
         &tb,
@@ -859,18 +774,14 @@ async fn containerd_restarted_mid_termination_finishes_everything() {
     tb.restart_containerd().expect("containerd restarts");
     let restart_took = restart.elapsed().as_secs_f64();
     // a hang guard only (the timing is judged from the runtime's exits below)
-    let limit = Instant::now() + Duration::from_secs(60);
-    while pods
-        .iter()
-        .any(|(t, _)| api.get_pod("default", &t.name).is_some())
-    {
-        assert!(
-            Instant::now() < limit,
-            "pods left after the containerd restart\n{}",
-            tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let names: Vec<&str> = pods.iter().map(|(t, _)| t.name.as_str()).collect();
+    wait_pods_gone(&api, &names, Duration::from_secs(60), || {
+        format!(
+            "after the containerd restart\n{}",
+            tail(&read_log(&log), 40)
+        )
+    })
+    .await;
     tokio::time::timeout(Duration::from_secs(30), watcher)
         .await
         .expect("every exit seen")
@@ -948,19 +859,12 @@ async fn hook_output_stays_secret_and_other_nodes_pods_are_ignored() {
     api.create_pod(foreign);
     let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
     let _g = KillOnDrop(agent.id());
-    wait_watching(&api).await;
+    wait_in_sync(&api).await;
     api.delete_pod("default", "hooked", None);
     api.delete_pod("default", "foreign", None);
-    let start = Instant::now();
-    while api.get_pod("default", "hooked").is_some() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "hooked pod never gone"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_pods_gone(&api, &["hooked"], Duration::from_secs(30), String::new).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let agent_log = read_log(&log);
     let events = serde_json::to_string(&api.events()).unwrap();
     assert!(
         agent_log.contains("PreStopHook failed") || events.contains("FailedPreStopHook"),

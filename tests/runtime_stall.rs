@@ -11,10 +11,11 @@ mod common;
 use common::apiserver::ApiServer;
 use common::*;
 use reaplet::cri::Runtime;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
+use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM, Testbed};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -106,41 +107,6 @@ fn worst_gap(from: Instant, pings: &[Instant], to: Instant) -> Duration {
     worst
 }
 
-/// SIGCONTs a stopped process when dropped, so a failed test never leaves it stopped.
-struct Thaw(u32);
-
-impl Drop for Thaw {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(
-        Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success(),
-        "kill {sig} {pid}"
-    );
-}
-
-/// The containerd shim serving `sandbox_id` (containerd 1.6 runs one per pod).
-fn shim_pid(sandbox_id: &str) -> u32 {
-    let out = Command::new("pgrep")
-        .args(["-f", &format!("containerd-shim-runc-v2 .*-id {sandbox_id}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the pod's shim is running")
-}
-
 fn containerd_pid(tb: &Testbed) -> u32 {
     std::fs::read_to_string(tb.dir.join("containerd.pid"))
         .expect("the test bed's containerd.pid")
@@ -149,36 +115,13 @@ fn containerd_pid(tb: &Testbed) -> u32 {
         .unwrap()
 }
 
-fn free_port() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
-/// A status endpoint answer, bounded (a hung endpoint is an answer of its own: code 0).
-async fn probe(addr: &str, path: &str) -> (u16, String) {
-    match tokio::time::timeout(
-        Duration::from_secs(2),
-        reaplet::server::fetch(addr.parse().unwrap(), path),
-    )
-    .await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => (0, e.to_string()),
-        Err(_) => (0, "no answer within 2 s".into()),
-    }
-}
-
 /// reaplet under a pretend systemd: `NOTIFY_SOCKET`, `WATCHDOG_USEC`, the status endpoint at
 /// `status`, pods from the API server.
 struct Agent {
     child: Child,
     _guard: KillOnDrop,
     notes: Notes,
-    status: String,
+    status: SocketAddr,
     log: PathBuf,
 }
 
@@ -186,12 +129,12 @@ impl Agent {
     fn start(tb: &Testbed, root: &Path, kubeconfig: &Path, extra: &[&str]) -> Agent {
         let notify = root.join("notify.sock");
         let notes = Notes::listen(&notify);
-        let status = free_port();
+        let status = free_addr();
         let log = root.join("reaplet.log");
         let child = reaplet_run(tb, &root.join("kubelet"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--metrics-bind-address", &status])
+            .args(["--metrics-bind-address", &status.to_string()])
             .args(extra)
             .env("NOTIFY_SOCKET", &notify)
             .env("WATCHDOG_USEC", WATCHDOG.as_micros().to_string())
@@ -213,13 +156,15 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits (up to 30 s) for `READY=1` and a ready `/readyz`.
-    async fn wait_ready(&self) -> Instant {
+    /// Waits (up to 30 s) for `READY=1` and a ready `/readyz`, then until reaplet watches
+    /// `api` and has every pod in sync; returns when `READY=1` came.
+    async fn wait_ready(&self, api: &ApiServer) -> Instant {
         let start = Instant::now();
         loop {
             if let Some(at) = self.notes.first("READY=1")
-                && probe(&self.status, "/readyz").await.0 == 200
+                && probe(self.status, "/readyz").await.0 == 200
             {
+                wait_in_sync(api).await;
                 return at;
             }
             assert!(
@@ -240,6 +185,33 @@ impl Agent {
         );
     }
 
+    /// The watchdog's view from `ready_at` until now: how many `WATCHDOG=1` pings came within
+    /// `during`, and the longest gap between pings.
+    fn watchdog(&self, ready_at: Instant, during: (Instant, Instant)) -> (usize, Duration) {
+        let pings = self.notes.pings_since(ready_at);
+        let gap = worst_gap(ready_at, &pings, Instant::now());
+        let within = pings
+            .iter()
+            .filter(|p| **p >= during.0 && **p <= during.1)
+            .count();
+        (within, gap)
+    }
+
+    /// Asserts the watchdog never went a whole interval without a ping (`gap`, from
+    /// [`Agent::watchdog`]) and `/healthz` never failed.
+    fn assert_alive_throughout(&self, gap: Duration, probes: &Probes) {
+        assert!(
+            gap < WATCHDOG,
+            "WATCHDOG=1 not sent for {gap:?}: systemd would have restarted reaplet\n{}",
+            tail(&self.log(), 40)
+        );
+        assert!(
+            probes.healthz_failures.is_empty(),
+            "/healthz failed: {:?}",
+            probes.healthz_failures
+        );
+    }
+
     fn stop(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -257,7 +229,7 @@ struct Probes {
     count: usize,
 }
 
-async fn probe_for(status: &str, window: Duration, probes: &mut Probes, t0: Instant) {
+async fn probe_for(status: SocketAddr, window: Duration, probes: &mut Probes, t0: Instant) {
     let end = Instant::now() + window;
     while Instant::now() < end {
         let at = t0.elapsed().as_secs_f64();
@@ -277,47 +249,25 @@ async fn probe_for(status: &str, window: Duration, probes: &mut Probes, t0: Inst
     }
 }
 
-/// Waits (bounded) until none of `names` is in the API; returns when each went.
-async fn wait_gone(api: &ApiServer, names: &[&str], limit: Duration, log: impl Fn() -> String) {
-    let start = Instant::now();
-    while names.iter().any(|n| api.get_pod("default", n).is_some()) {
-        assert!(
-            start.elapsed() < limit,
-            "pods {:?} still in the API {limit:?} after the runtime came back\n{}",
-            names
-                .iter()
-                .filter(|n| api.get_pod("default", n).is_some())
-                .collect::<Vec<_>>(),
-            log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// containerd SIGSTOPped for 2 minutes, pods deleted meanwhile: the watchdog is pinged
 /// throughout, `/healthz` stays 200, `/readyz` fails with the reason and `STATUS=` says so;
 /// after SIGCONT readiness returns and the deleted pods end within their grace-derived bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing() {
-    let tb = Testbed::start(repo(), "stall-ctrd");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
-    let mut pods = Vec::new();
-    for (name, script) in [
-        ("stall-trap", TRAPS_TERM),
-        ("stall-ignore", IGNORES_TERM),
-        ("stall-control", TRAPS_TERM),
-    ] {
-        let t =
-            PodTemplate::new(name, GRACE as i64).container(ContainerTemplate::new("app", script));
-        let p = launch_in_api(&api, &tb, &t).await;
-        pods.push((t, p));
-    }
+    let (tb, api, root, kc) = api_bed("stall-ctrd").await;
+    let pods = launch_app_pods(
+        &api,
+        &tb,
+        GRACE as i64,
+        [
+            ("stall-trap", TRAPS_TERM),
+            ("stall-ignore", IGNORES_TERM),
+            ("stall-control", TRAPS_TERM),
+        ],
+    )
+    .await;
     let mut agent = Agent::start(&tb, root.path(), &kc, &[]);
-    let ready_at = agent.wait_ready().await;
-    wait_watches(&api, 0).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready_at = agent.wait_ready(&api).await;
 
     let ctrd = containerd_pid(&tb);
     signal(ctrd, "-STOP");
@@ -325,12 +275,12 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
     let stopped = Instant::now();
     let mut probes = Probes::default();
     // 10 s into the stall two pods are deleted: reaplet's calls for them wait on containerd
-    probe_for(&agent.status, Duration::from_secs(10), &mut probes, stopped).await;
+    probe_for(agent.status, Duration::from_secs(10), &mut probes, stopped).await;
     for (t, _) in &pods[..2] {
         api.delete_pod("default", &t.name, None);
     }
     probe_for(
-        &agent.status,
+        agent.status,
         STALL.saturating_sub(stopped.elapsed()),
         &mut probes,
         stopped,
@@ -355,7 +305,7 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
         if gone_after.is_none() && names.iter().all(|n| api.get_pod("default", n).is_none()) {
             gone_after = Some(waited.as_secs_f64());
         }
-        if ready_after.is_none() && probe(&agent.status, "/readyz").await.0 == 200 {
+        if ready_after.is_none() && probe(agent.status, "/readyz").await.0 == 200 {
             ready_after = Some(waited.as_secs_f64());
         }
         assert!(
@@ -366,22 +316,16 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
         assert!(
             ready_after.is_some() || waited < ready_bound,
             "not ready {ready_bound:?} after SIGCONT: {:?}",
-            probe(&agent.status, "/readyz").await
+            probe(agent.status, "/readyz").await
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (gone_after, ready_after) = (gone_after.unwrap(), ready_after.unwrap());
     // healthy from then on
-    probe_for(&agent.status, Duration::from_secs(3), &mut probes, stopped).await;
+    probe_for(agent.status, Duration::from_secs(3), &mut probes, stopped).await;
     agent.assert_running();
-    let end = Instant::now();
 
-    let pings = agent.notes.pings_since(ready_at);
-    let gap = worst_gap(ready_at, &pings, end);
-    let stall_pings = pings
-        .iter()
-        .filter(|p| **p >= stopped && **p <= resumed)
-        .count();
+    let (stall_pings, gap) = agent.watchdog(ready_at, (stopped, resumed));
     let statuses = agent.notes.statuses_since(stopped);
     let runtime_status = statuses
         .iter()
@@ -409,16 +353,7 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
         probes.count,
         probes.unready,
     );
-    assert!(
-        gap < WATCHDOG,
-        "WATCHDOG=1 not sent for {gap:?}: systemd would have restarted reaplet\n{}",
-        tail(&log, 40)
-    );
-    assert!(
-        probes.healthz_failures.is_empty(),
-        "/healthz failed: {:?}",
-        probes.healthz_failures
-    );
+    agent.assert_alive_throughout(gap, &probes);
     // unready once no relist answered for the threshold: the last answer was at most a relist
     // period (1 s) before the stall began, then one relist deadline (5 s) and a probe (0.5 s)
     let (unready_at, why) = probes.unready.clone().expect("/readyz never failed");
@@ -495,23 +430,18 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
 /// other pod ends on its grace; the frozen pod ends once thawed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_shim_mid_termination_keeps_the_watchdog_fed() {
-    let tb = Testbed::start(repo(), "stall-shim");
-    let api = ApiServer::start().await;
-    let root = tempfile::tempdir().unwrap();
-    let kc = api.write_kubeconfig(root.path(), "testnode");
-    let mut pods = Vec::new();
-    for (name, script) in [("shim-victim", IGNORES_TERM), ("shim-other", IGNORES_TERM)] {
-        let t =
-            PodTemplate::new(name, GRACE as i64).container(ContainerTemplate::new("app", script));
-        let p = launch_in_api(&api, &tb, &t).await;
-        pods.push((t, p));
-    }
+    let (tb, api, root, kc) = api_bed("stall-shim").await;
+    let pods = launch_app_pods(
+        &api,
+        &tb,
+        GRACE as i64,
+        [("shim-victim", IGNORES_TERM), ("shim-other", IGNORES_TERM)],
+    )
+    .await;
     // the runtime request timeout of the faults test: the hung StopContainer fails and is
     // retried instead of waiting 2 minutes
     let mut agent = Agent::start(&tb, root.path(), &kc, &["--runtime-request-timeout", "5s"]);
-    let ready_at = agent.wait_ready().await;
-    wait_watches(&api, 0).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready_at = agent.wait_ready(&api).await;
 
     for (t, _) in &pods {
         api.delete_pod("default", &t.name, None);
@@ -524,7 +454,7 @@ async fn a_frozen_shim_mid_termination_keeps_the_watchdog_fed() {
     let frozen = Instant::now();
     let hold = WATCHDOG * 2;
     let mut probes = Probes::default();
-    probe_for(&agent.status, hold, &mut probes, frozen).await;
+    probe_for(agent.status, hold, &mut probes, frozen).await;
     agent.assert_running();
     let other_gone = api.get_pod("default", &pods[1].0.name).is_none();
     let victim_held = api.get_pod("default", &pods[0].0.name).is_some();
@@ -533,18 +463,12 @@ async fn a_frozen_shim_mid_termination_keeps_the_watchdog_fed() {
     // thawed long past its deadline: the retried kill SIGKILLs at once, after the backoff
     // that is pending (capped at lifecycle RETRY_MAX, 30 s, plus 20 % jitter)
     let bound = Duration::from_secs(36) + Duration::from_secs(FLOOR) + TEARDOWN;
-    wait_gone(&api, &[pods[0].0.name.as_str()], bound, || {
+    wait_pods_gone(&api, &[pods[0].0.name.as_str()], bound, || {
         tail(&agent.log(), 60)
     })
     .await;
     let victim_after = thawed.elapsed().as_secs_f64();
-    let end = Instant::now();
-    let pings = agent.notes.pings_since(ready_at);
-    let gap = worst_gap(ready_at, &pings, end);
-    let frozen_pings = pings
-        .iter()
-        .filter(|p| **p >= frozen && **p <= thawed)
-        .count();
+    let (frozen_pings, gap) = agent.watchdog(ready_at, (frozen, thawed));
     println!(
         "shim frozen {:.0} s mid-termination: {frozen_pings} WATCHDOG=1 pings meanwhile, worst \
          gap {:.1} s; /healthz failures {} of {} probes; /readyz {:?}; the other pod gone \
@@ -555,16 +479,7 @@ async fn a_frozen_shim_mid_termination_keeps_the_watchdog_fed() {
         probes.count,
         probes.unready,
     );
-    assert!(
-        gap < WATCHDOG,
-        "WATCHDOG=1 not sent for {gap:?}\n{}",
-        tail(&agent.log(), 40)
-    );
-    assert!(
-        probes.healthz_failures.is_empty(),
-        "/healthz failed: {:?}",
-        probes.healthz_failures
-    );
+    agent.assert_alive_throughout(gap, &probes);
     assert!(other_gone, "the other pod was held back by the frozen shim");
     // one pod's shim is not the runtime: containerd answers the relists meanwhile
     assert!(

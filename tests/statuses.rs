@@ -5,9 +5,9 @@
 
 mod common;
 
+use common::api_harness::{ApiHarness, LIMIT, NODE};
 use common::apiserver::{ApiServer, Recorded, User};
 use common::*;
-use reaplet::agent::AgentConfig;
 use reaplet::cri::{Runtime, pb};
 use reaplet::pod::PodUid;
 use reaplet::testbed::{
@@ -16,80 +16,23 @@ use reaplet::testbed::{
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
-const NODE: &str = "testnode";
-const LIMIT: Duration = Duration::from_secs(40);
 const UNKNOWN_MESSAGE: &str = "The container could not be located when the pod was terminated";
 
-struct Bed {
-    api: ApiServer,
-    root: tempfile::TempDir,
-    cancel: CancellationToken,
-    agent: Option<tokio::task::JoinHandle<()>>,
-    tb: Testbed,
-}
-
-impl Bed {
-    async fn new(name: &str) -> Bed {
-        Bed {
-            tb: Testbed::start(repo(), name),
-            api: ApiServer::start().await,
-            root: tempfile::tempdir().unwrap(),
-            cancel: CancellationToken::new(),
-            agent: None,
-        }
-    }
-
-    /// Runs reaplet in this process as node `testnode`, and waits until it watches pods.
-    async fn start_agent(&mut self) {
-        let kc = self.api.write_kubeconfig(self.root.path(), NODE);
-        let mut cfg = AgentConfig::new(
-            NODE,
-            &self.tb.endpoint(),
-            &self.tb.cgroup_root,
-            self.root.path().join("kubelet"),
-        );
-        cfg.kube = Some(reaplet::api::client_config(Some(&kc)).await.unwrap());
-        cfg.pipeline.volume_poll = Duration::from_millis(100);
-        let cancel = self.cancel.clone();
-        self.agent = Some(tokio::spawn(async move {
-            reaplet::agent::run(cfg, cancel).await.unwrap();
-        }));
-        wait_watches(&self.api, 0).await;
-    }
-
-    /// Deletes the pod through the API and returns the body of the status PATCH reaplet sent
-    /// before its final DELETE.
-    async fn end(&self, name: &str) -> Value {
-        self.api.delete_pod("default", name, None);
-        let start = Instant::now();
-        while self.api.get_pod("default", name).is_some() {
-            assert!(
-                start.elapsed() < LIMIT,
-                "pod {name} still in the API: {:?}\nwrites: {:#?}",
-                self.api.get_pod("default", name),
-                pod_writes(&self.api, name)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let w = pod_writes(&self.api, name);
-        assert_eq!(w.len(), 2, "a status PATCH then a DELETE: {w:#?}");
-        assert!(
-            reads(&self.api, name).is_empty(),
-            "a status without DisruptionTarget needs no read of the pod"
-        );
-        assert!(w[0].method == "PATCH" && w[0].path.ends_with("/status"));
-        assert_eq!(w[0].status, 200, "{:#?}", w[0]);
-        w[0].body["status"].clone()
-    }
-
-    async fn stop(mut self) {
-        self.cancel.cancel();
-        if let Some(a) = self.agent.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
-        }
-    }
+/// Deletes the pod through the API and returns the body of the status PATCH reaplet sent
+/// before its final DELETE.
+async fn end(h: &ApiHarness, name: &str) -> Value {
+    h.api.delete_pod("default", name, None);
+    h.wait_gone(name).await;
+    let w = pod_writes(&h.api, name);
+    assert_eq!(w.len(), 2, "a status PATCH then a DELETE: {w:#?}");
+    assert!(
+        reads(&h.api, name).is_empty(),
+        "a status without DisruptionTarget needs no read of the pod"
+    );
+    assert!(w[0].method == "PATCH" && w[0].path.ends_with("/status"));
+    assert_eq!(w[0].status, 200, "{:#?}", w[0]);
+    w[0].body["status"].clone()
 }
 
 fn pod_writes(api: &ApiServer, name: &str) -> Vec<Recorded> {
@@ -228,7 +171,7 @@ async fn create_unstarted(tb: &Testbed, t: &PodTemplate, sandbox_id: &str, name:
 /// container for `getPhase`: `PodFailed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_started_and_vanished_containers_are_unknown_137_and_their_pods_failed() {
-    let mut b = Bed::new("statuses-unknown").await;
+    let mut b = ApiHarness::new("statuses-unknown").await;
     // "late" is in the pod's spec, created in its sandbox, never started
     let unstarted = PodTemplate::new("unstarted", 30)
         .container(ContainerTemplate::new("app", TRAPS_TERM))
@@ -262,7 +205,7 @@ async fn never_started_and_vanished_containers_are_unknown_137_and_their_pods_fa
         .expect("RemoveContainer");
     b.start_agent().await;
 
-    let st = b.end("unstarted").await;
+    let st = end(&b, "unstarted").await;
     assert_eq!(st["phase"], "Failed", "{st:#}");
     assert_unknown_137(&st, "late");
     assert_eq!(container(&st, "app")["state"]["terminated"]["exitCode"], 0);
@@ -272,7 +215,7 @@ async fn never_started_and_vanished_containers_are_unknown_137_and_their_pods_fa
         Some("containers with unready status: [app late]"),
     );
 
-    let st = b.end("vanished").await;
+    let st = end(&b, "vanished").await;
     assert_eq!(st["phase"], "Failed", "{st:#}");
     assert_unknown_137(&st, "gone");
     assert_eq!(container(&st, "app")["state"]["terminated"]["exitCode"], 0);
@@ -284,7 +227,7 @@ async fn never_started_and_vanished_containers_are_unknown_137_and_their_pods_fa
 /// `PodFailed` for a `Failed` pod, `PodCompleted` for a `Succeeded` one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_conditions_say_pod_failed_or_pod_completed_as_the_phase_is() {
-    let mut b = Bed::new("statuses-ready").await;
+    let mut b = ApiHarness::new("statuses-ready").await;
     let stubborn =
         PodTemplate::new("stubborn", 2).container(ContainerTemplate::new("app", IGNORES_TERM));
     let web = PodTemplate::new("web", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
@@ -293,14 +236,14 @@ async fn ready_conditions_say_pod_failed_or_pod_completed_as_the_phase_is() {
         b.api.create_pod(t.api_object());
     }
     b.start_agent().await;
-    let st = b.end("stubborn").await;
+    let st = end(&b, "stubborn").await;
     assert_eq!(st["phase"], "Failed");
     assert_eq!(
         container(&st, "app")["state"]["terminated"]["exitCode"],
         137
     );
     assert_not_ready(&st, "PodFailed", None);
-    let st = b.end("web").await;
+    let st = end(&b, "web").await;
     assert_eq!(st["phase"], "Succeeded");
     assert_not_ready(&st, "PodCompleted", None);
     b.stop().await;

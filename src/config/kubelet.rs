@@ -131,6 +131,42 @@ fn duration_setting(
     Ok((!d.is_zero()).then(|| format!("{}ms", d.as_millis())))
 }
 
+/// A boolean (`cgroupsPerQOS`), kept as its flag's text.
+fn boolean(field: &'static str, v: &Value, path: &Path) -> Result<Option<String>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(b.to_string())),
+        o => Err(at(field, path, format!("{o} must be true or false"))),
+    }
+}
+
+/// How a kubelet field's value is read into reaplet's setting of the same meaning.
+type Read = fn(&'static str, &Value, &Path) -> Result<Option<String>, ConfigError>;
+
+/// Which of reaplet's settings a kubelet field sets.
+type Setting = fn(&mut RawSettings) -> &mut Option<String>;
+
+/// The kubelet fields that are one of reaplet's settings as they are: the key, how it is read,
+/// and the setting it sets (in use when it sets something).
+const SHARED: &[(&str, Read, Setting)] = &[
+    ("containerRuntimeEndpoint", string, |r| {
+        &mut r.container_runtime_endpoint
+    }),
+    ("runtimeRequestTimeout", duration_setting, |r| {
+        &mut r.runtime_request_timeout
+    }),
+    ("cgroupDriver", string, |r| &mut r.cgroup_driver),
+    ("cgroupRoot", string, |r| &mut r.cgroup_root),
+    ("cgroupsPerQOS", boolean, |r| &mut r.cgroups_per_qos),
+    ("fileCheckFrequency", duration_setting, |r| {
+        &mut r.file_check_frequency
+    }),
+    ("kubeAPIQPS", number, |r| &mut r.kube_api_qps),
+    ("kubeAPIBurst", number, |r| &mut r.kube_api_burst),
+    ("eventRecordQPS", number, |r| &mut r.event_qps),
+    ("eventBurst", number, |r| &mut r.event_burst),
+];
+
 /// The kubelet's shutdown periods: zero, or at least a second.
 fn shutdown_period(field: &'static str, v: &Value, path: &Path) -> Result<Duration, ConfigError> {
     let d = go_duration(field, v, path)?;
@@ -212,68 +248,19 @@ impl KubeletFile {
         let r = &mut f.raw;
         let mut by_priority = None;
         for (key, v) in &mapping {
+            if let Some(&(field, read, setting)) = SHARED.iter().find(|(k, ..)| *k == key.as_str())
+            {
+                let slot = setting(r);
+                *slot = read(field, v, path)?;
+                f.used.extend(slot.is_some().then_some(field));
+                continue;
+            }
             let set = match key.as_str() {
                 "staticPodPath" => {
                     // as the kubelet's loader does: relative to the file's directory
                     f.static_pod_path = string("staticPodPath", v, path)?
                         .map(|p| path.parent().unwrap_or(Path::new("/")).join(p));
                     f.static_pod_path.is_some().then_some("staticPodPath")
-                }
-                "containerRuntimeEndpoint" => {
-                    r.container_runtime_endpoint = string("containerRuntimeEndpoint", v, path)?;
-                    r.container_runtime_endpoint
-                        .is_some()
-                        .then_some("containerRuntimeEndpoint")
-                }
-                "runtimeRequestTimeout" => {
-                    r.runtime_request_timeout = duration_setting("runtimeRequestTimeout", v, path)?;
-                    r.runtime_request_timeout
-                        .is_some()
-                        .then_some("runtimeRequestTimeout")
-                }
-                "cgroupDriver" => {
-                    r.cgroup_driver = string("cgroupDriver", v, path)?;
-                    r.cgroup_driver.is_some().then_some("cgroupDriver")
-                }
-                "cgroupRoot" => {
-                    r.cgroup_root = string("cgroupRoot", v, path)?;
-                    r.cgroup_root.is_some().then_some("cgroupRoot")
-                }
-                "cgroupsPerQOS" => {
-                    r.cgroups_per_qos = match v {
-                        Value::Null => None,
-                        Value::Bool(b) => Some(b.to_string()),
-                        o => {
-                            return Err(at(
-                                "cgroupsPerQOS",
-                                path,
-                                format!("{o} must be true or false"),
-                            ));
-                        }
-                    };
-                    r.cgroups_per_qos.is_some().then_some("cgroupsPerQOS")
-                }
-                "fileCheckFrequency" => {
-                    r.file_check_frequency = duration_setting("fileCheckFrequency", v, path)?;
-                    r.file_check_frequency
-                        .is_some()
-                        .then_some("fileCheckFrequency")
-                }
-                "kubeAPIQPS" => {
-                    r.kube_api_qps = number("kubeAPIQPS", v, path)?;
-                    r.kube_api_qps.is_some().then_some("kubeAPIQPS")
-                }
-                "kubeAPIBurst" => {
-                    r.kube_api_burst = number("kubeAPIBurst", v, path)?;
-                    r.kube_api_burst.is_some().then_some("kubeAPIBurst")
-                }
-                "eventRecordQPS" => {
-                    r.event_qps = number("eventRecordQPS", v, path)?;
-                    r.event_qps.is_some().then_some("eventRecordQPS")
-                }
-                "eventBurst" => {
-                    r.event_burst = number("eventBurst", v, path)?;
-                    r.event_burst.is_some().then_some("eventBurst")
                 }
                 "logging" => {
                     let logging = match v {

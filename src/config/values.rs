@@ -93,15 +93,14 @@ pub(super) fn positive_f64(
     v: Option<String>,
     default: f64,
 ) -> Result<f64, ConfigError> {
-    let Some(v) = v else { return Ok(default) };
-    let x: f64 = v
-        .trim()
-        .parse()
-        .map_err(|_| err(field, format!("{v:?} is not a number")))?;
-    if !x.is_finite() || x <= 0.0 {
-        return Err(err(field, format!("{v:?} must be a positive number")));
-    }
-    Ok(x)
+    bounded_number(
+        field,
+        v,
+        default,
+        "a number",
+        |x: &f64| x.is_finite() && *x > 0.0,
+        |v| format!("{v:?} must be a positive number"),
+    )
 }
 
 pub(super) fn positive_u32(
@@ -109,13 +108,33 @@ pub(super) fn positive_u32(
     v: Option<String>,
     default: u32,
 ) -> Result<u32, ConfigError> {
+    bounded_number(
+        field,
+        v,
+        default,
+        "a whole number",
+        |x| *x != 0,
+        |_| "must be at least 1".into(),
+    )
+}
+
+/// `v` parsed as `what` (`default` when unset), and within the bound `ok`: else `out_of_bound`
+/// (given `v`) says why.
+fn bounded_number<T: std::str::FromStr>(
+    field: &'static str,
+    v: Option<String>,
+    default: T,
+    what: &str,
+    ok: impl Fn(&T) -> bool,
+    out_of_bound: impl Fn(&str) -> String,
+) -> Result<T, ConfigError> {
     let Some(v) = v else { return Ok(default) };
-    let x: u32 = v
+    let x: T = v
         .trim()
         .parse()
-        .map_err(|_| err(field, format!("{v:?} is not a whole number")))?;
-    if x == 0 {
-        return Err(err(field, "must be at least 1"));
+        .map_err(|_| err(field, format!("{v:?} is not {what}")))?;
+    if !ok(&x) {
+        return Err(err(field, out_of_bound(&v)));
     }
     Ok(x)
 }

@@ -217,64 +217,19 @@ impl<R: Runtime> PodWorkers<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authority::Authority;
-    use crate::cgroups::{CgroupDriver, CgroupManager, CgroupNaming, CgroupVersion, Hierarchy};
-    use crate::cri::fake::FakeRuntime;
-    use crate::events::EventSink;
     use crate::metrics::{Exposition, Metrics};
     use crate::workers::PipelineConfig;
+    use crate::workers::tests::Rig;
     use std::sync::Arc;
-    use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
-    struct Rig {
-        workers: PodWorkers<FakeRuntime>,
-        rt: Arc<FakeRuntime>,
-        metrics: Arc<Metrics>,
-        cancel: CancellationToken,
-        _dir: tempfile::TempDir,
-    }
-
-    /// The pipeline on a fake runtime with its housekeeping loop running (polling: relist
+    /// The workers' test rig with metrics and its housekeeping loop running (polling: relist
     /// period 1 s, relist deadline 5 s, unhealthy after 30 s).
-    fn rig() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let mountinfo = dir.path().join("mountinfo");
-        std::fs::write(&mountinfo, "").unwrap();
-        let cg = dir.path().join("cgroup");
-        std::fs::create_dir_all(&cg).unwrap();
-        let cgroups = CgroupManager::new(
-            vec![Hierarchy {
-                mount_point: cg,
-                version: CgroupVersion::V2,
-            }],
-            CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap(),
-        );
-        let rt = Arc::new(FakeRuntime::default());
-        let cancel = CancellationToken::new();
-        let workers = PodWorkers::new(
-            rt.clone(),
-            cgroups,
-            PipelineConfig {
-                root_dir: dir.path().join("kubelet"),
-                mountinfo,
-                ..PipelineConfig::default()
-            },
-            EventSink::log_only(),
-            Arc::new(Authority::default()),
-            cancel.clone(),
-            TaskTracker::new(),
-        );
+    fn rig() -> (Rig, Arc<Metrics>) {
+        let r = crate::workers::tests::rig();
         let metrics = Arc::new(Metrics::new());
-        workers.set_metrics(metrics.clone());
-        tokio::spawn(workers.clone().run_housekeeping());
-        Rig {
-            workers,
-            rt,
-            metrics,
-            cancel,
-            _dir: dir,
-        }
+        r.workers.set_metrics(metrics.clone());
+        tokio::spawn(r.workers.clone().run_housekeeping());
+        (r, metrics)
     }
 
     fn unhealthy_gauge(m: &Metrics) -> bool {
@@ -298,7 +253,7 @@ mod tests {
     /// reason), and is healthy again at the first relist it answers.
     #[tokio::test(start_paused = true)]
     async fn a_stalled_runtime_stalls_readiness_never_the_heartbeat() {
-        let r = rig();
+        let (r, metrics) = rig();
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(r.workers.runtime_stall().is_none());
         r.rt.stall_lists(true);
@@ -336,7 +291,7 @@ mod tests {
         );
         assert!(s.why.contains("deadline of 5s exceeded"), "{s}");
         tokio::time::sleep(BEAT * 2).await;
-        assert!(unhealthy_gauge(&r.metrics));
+        assert!(unhealthy_gauge(&metrics));
         // the runtime answers again: healthy at the next relist
         r.rt.stall_lists(false);
         let released = Instant::now();
@@ -348,7 +303,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(BEAT * 2).await;
-        assert!(!unhealthy_gauge(&r.metrics));
+        assert!(!unhealthy_gauge(&metrics));
         r.cancel.cancel();
     }
 
@@ -380,7 +335,7 @@ mod tests {
     #[cfg(feature = "test-hooks")]
     #[tokio::test(start_paused = true)]
     async fn a_wedged_loop_stops_beating() {
-        let r = rig();
+        let (r, _metrics) = rig();
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(r.workers.since_heartbeat() <= BEAT);
         r.workers.freeze_housekeeping();

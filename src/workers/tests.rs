@@ -2,11 +2,15 @@
 
 use super::housekeeping::all_regular_exited;
 use super::*;
+use crate::cgroups::{CgroupDriver, CgroupNaming, CgroupVersion, Hierarchy};
+use crate::cri::fake::FakeRuntime;
 use crate::cri::{ContainerRunState, RuntimeContainer};
 use crate::events::EventReason;
+use crate::events::PodEvent;
 use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{self, PodUid};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -39,6 +43,57 @@ fn pod(names: &[&str]) -> PodInfo {
     p
 }
 
+/// The pipeline on a fake runtime (its housekeeping loop not started), shared by the workers'
+/// unit tests.
+pub(super) struct Rig {
+    pub(super) workers: PodWorkers<FakeRuntime>,
+    pub(super) rt: Arc<FakeRuntime>,
+    pub(super) authority: Arc<Authority>,
+    pub(super) events: mpsc::Receiver<PodEvent>,
+    pub(super) cancel: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+pub(super) fn rig() -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let mountinfo = dir.path().join("mountinfo");
+    std::fs::write(&mountinfo, "").unwrap();
+    let cg = dir.path().join("cgroup");
+    std::fs::create_dir_all(&cg).unwrap();
+    let cgroups = CgroupManager::new(
+        vec![Hierarchy {
+            mount_point: cg,
+            version: CgroupVersion::V2,
+        }],
+        CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap(),
+    );
+    let rt = Arc::new(FakeRuntime::default());
+    let (sink, events) = EventSink::channel(64);
+    let authority = Arc::new(Authority::default());
+    let cancel = CancellationToken::new();
+    let workers = PodWorkers::new(
+        rt.clone(),
+        cgroups,
+        PipelineConfig {
+            root_dir: dir.path().join("kubelet"),
+            mountinfo,
+            ..PipelineConfig::default()
+        },
+        sink,
+        authority.clone(),
+        cancel.clone(),
+        TaskTracker::new(),
+    );
+    Rig {
+        workers,
+        rt,
+        authority,
+        events,
+        cancel,
+        _dir: dir,
+    }
+}
+
 #[test]
 fn leftovers_are_swept_only_once_untouched_long_enough() {
     use super::sweeps::untouched_for;
@@ -68,56 +123,7 @@ fn completion_needs_every_regular_container_exited() {
 
 mod with_fake_runtime {
     use super::*;
-    use crate::cgroups::{CgroupDriver, CgroupNaming, CgroupVersion, Hierarchy};
-    use crate::cri::fake::{Behaviour, FakeRuntime};
-    use crate::events::PodEvent;
-    use tokio::sync::mpsc;
-
-    struct Rig {
-        workers: PodWorkers<FakeRuntime>,
-        rt: Arc<FakeRuntime>,
-        authority: Arc<Authority>,
-        events: mpsc::Receiver<PodEvent>,
-        _dir: tempfile::TempDir,
-    }
-
-    fn rig() -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let mountinfo = dir.path().join("mountinfo");
-        std::fs::write(&mountinfo, "").unwrap();
-        let cg = dir.path().join("cgroup");
-        std::fs::create_dir_all(&cg).unwrap();
-        let cgroups = CgroupManager::new(
-            vec![Hierarchy {
-                mount_point: cg,
-                version: CgroupVersion::V2,
-            }],
-            CgroupNaming::new(CgroupDriver::Cgroupfs, "/").unwrap(),
-        );
-        let rt = Arc::new(FakeRuntime::default());
-        let (sink, events) = EventSink::channel(64);
-        let authority = Arc::new(Authority::default());
-        let workers = PodWorkers::new(
-            rt.clone(),
-            cgroups,
-            PipelineConfig {
-                root_dir: dir.path().join("kubelet"),
-                mountinfo,
-                ..PipelineConfig::default()
-            },
-            sink,
-            authority.clone(),
-            CancellationToken::new(),
-            TaskTracker::new(),
-        );
-        Rig {
-            workers,
-            rt,
-            authority,
-            events,
-            _dir: dir,
-        }
-    }
+    use crate::cri::fake::Behaviour;
 
     fn api_pod(uid: &str, spec_grace: i64) -> PodInfo {
         let mut p = pod(&["app"]);

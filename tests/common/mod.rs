@@ -18,7 +18,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub mod api_harness;
 pub mod apiserver;
+pub mod process;
+pub use process::*;
 
 pub struct Harness {
     pub workers: PodWorkers<CriClient>,
@@ -32,10 +35,6 @@ pub struct Harness {
     pub cgroups: CgroupManager,
     // dropped last: stops containerd after the pipeline
     pub tb: Testbed,
-}
-
-pub fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 impl Harness {
@@ -163,11 +162,6 @@ impl Harness {
     }
 }
 
-pub fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 /// Wall-clock nanoseconds, comparable with CRI timestamps.
 pub fn now_ns() -> i64 {
     reaplet::wall_ns()
@@ -175,20 +169,6 @@ pub fn now_ns() -> i64 {
 
 pub fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9
-}
-
-/// Kills a spawned reaplet if the test fails before stopping it (a kill after the child was
-/// waited for is harmless: pids are not reused that fast).
-pub struct KillOnDrop(pub u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        // usually already gone (the test killed and reaped it): say nothing then
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
 }
 
 /// Asserts a container exited with `exit` within `range` seconds (start inclusive, end
@@ -207,17 +187,6 @@ pub fn assert_stopped(st: &ContainerDetail, t0: i64, exit: i32, range: std::ops:
         "stopped after {took:.3}s: later than {:.1}s",
         range.end
     );
-}
-
-/// The reaplet binary with a clean environment (no `REAPLET_*`, no in-cluster variables).
-pub fn reaplet() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_reaplet"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("REAPLET_") || k.starts_with("KUBERNETES_SERVICE") {
-            c.env_remove(k);
-        }
-    }
-    c
 }
 
 /// `reaplet run` as node `testnode` against a test bed, with `root_dir` as its root dir.
@@ -289,6 +258,66 @@ pub async fn wait_watches(api: &apiserver::ApiServer, seen: usize) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits (polling every 20 ms) until none of `names` is in the API; returns how long that took.
+/// Fails after `limit`, with the pods left and `context()` (a log tail, say).
+pub async fn wait_pods_gone(
+    api: &apiserver::ApiServer,
+    names: &[&str],
+    limit: Duration,
+    context: impl Fn() -> String,
+) -> Duration {
+    let start = std::time::Instant::now();
+    loop {
+        let left: Vec<&&str> = names
+            .iter()
+            .filter(|n| api.get_pod("default", n).is_some())
+            .collect();
+        if left.is_empty() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "pods {left:?} still in the API after {limit:?}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until reaplet watches pods, then a moment more for every pod to be in sync.
+pub async fn wait_in_sync(api: &apiserver::ApiServer) {
+    wait_watches(api, 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// Pods of one container `app` running its script, each with `grace`, in the API server and
+/// the runtime (see [`launch_in_api`]).
+pub async fn launch_app_pods<N: AsRef<str>>(
+    api: &apiserver::ApiServer,
+    tb: &Testbed,
+    grace: i64,
+    pods: impl IntoIterator<Item = (N, &'static str)>,
+) -> Vec<(reaplet::testbed::PodTemplate, reaplet::testbed::LaunchedPod)> {
+    let mut out = Vec::new();
+    for (name, script) in pods {
+        let t = reaplet::testbed::PodTemplate::new(name.as_ref(), grace)
+            .container(reaplet::testbed::ContainerTemplate::new("app", script));
+        let p = launch_in_api(api, tb, &t).await;
+        out.push((t, p));
+    }
+    out
+}
+
+/// A private containerd, the API server, a root directory and in it a kubeconfig for node
+/// `testnode`.
+pub async fn api_bed(name: &str) -> (Testbed, apiserver::ApiServer, tempfile::TempDir, PathBuf) {
+    let tb = Testbed::start(repo(), name);
+    let api = apiserver::ApiServer::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let kc = api.write_kubeconfig(root.path(), "testnode");
+    (tb, api, root, kc)
 }
 
 /// `t` as an object in the API server and as a pod in the runtime (same UID), as a node has it
