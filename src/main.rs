@@ -262,10 +262,18 @@ fn main() {
                 Ok(0)
             }
             Command::Run(flags) => {
+                // the stop signals first: SIGTERM during start-up is a clean stop, never
+                // the signal's default action
+                let cancel = CancellationToken::new();
+                let stop = stop_on_signals(cancel.clone());
                 let (loaded, kube) = flags.load().await;
                 init_logs(loaded.settings.log_format);
                 log_config(&loaded);
-                run(loaded.settings, kube).await.map(|()| 0)
+                match stop {
+                    Ok(task) => drop(tokio::spawn(task)),
+                    Err(e) => tracing::error!(err = %e, "cannot listen for SIGTERM"),
+                }
+                run(loaded.settings, kube, cancel).await.map(|()| 0)
             }
             Command::Check(flags) => {
                 let (loaded, kube) = flags.load().await;
@@ -399,7 +407,42 @@ async fn api_config(s: &Settings) -> Result<Option<kube::Config>, ConfigError> {
     })
 }
 
-async fn run(s: Settings, kube: Option<kube::Config>) -> Result<()> {
+/// Registers SIGTERM and SIGINT at once; the returned task cancels `cancel` on the first.
+fn stop_on_signals(
+    cancel: CancellationToken,
+) -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
+            _ = int.recv() => tracing::info!(signal = "SIGINT", "stop requested"),
+        }
+        cancel.cancel();
+    })
+}
+
+/// Runs the agent until `cancel`; a stop during start-up (a runtime that does not answer,
+/// say) ends it at once, with no pod touched.
+async fn run(s: Settings, kube: Option<kube::Config>, cancel: CancellationToken) -> Result<()> {
+    let cfg = tokio::select! {
+        _ = cancel.cancelled() => {
+            tracing::info!("stopped during start-up: pods are left running");
+            return Ok(());
+        }
+        cfg = agent_config(s, kube) => cfg?,
+    };
+    reaplet::agent::run(cfg, cancel).await?;
+    Ok(())
+}
+
+/// The agent's configuration: the settings, plus what start-up finds out (the node name,
+/// the cgroup driver from the runtime, systemd's watchdog).
+async fn agent_config(
+    s: Settings,
+    kube: Option<kube::Config>,
+) -> Result<reaplet::agent::AgentConfig> {
     let node_name = node_name(&s)?;
     if kube.is_none() {
         tracing::info!("no API credentials: running from the manifest directory alone");
@@ -454,25 +497,7 @@ async fn run(s: Settings, kube: Option<kube::Config>) -> Result<()> {
             .is_dir()
             .then(|| reaplet::systemd::SYSTEM_BUS.into()),
     };
-    let cancel = CancellationToken::new();
-    let stopper = cancel.clone();
-    tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(err = %e, "cannot listen for SIGTERM");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => tracing::info!(signal = "SIGTERM", "stop requested"),
-            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "stop requested"),
-        }
-        stopper.cancel();
-    });
-    reaplet::agent::run(cfg, cancel).await?;
-    Ok(())
+    Ok(cfg)
 }
 
 async fn check(loaded: &Loaded, kube: Option<kube::Config>) -> Result<i32> {

@@ -348,3 +348,47 @@ fn the_unit_and_example_config_run_with_the_nodes_own_credentials() {
         );
     }
 }
+
+/// SIGTERM while reaplet is still starting (here: asking a runtime that accepts the connection
+/// and never answers for its cgroup driver) is a clean stop with exit 0, never the signal's
+/// default action (before: the handler was installed only once the agent started, so the
+/// process died of the signal).
+#[test]
+fn sigterm_during_start_up_is_a_clean_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("silent.sock");
+    // accepts (the kernel's backlog) and never answers
+    let _silent = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let mut child = reaplet()
+        .args(["run", "--hostname-override", "n", "--pod-manifest-path"])
+        .arg(&manifests)
+        .arg("--container-runtime-endpoint")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["--runtime-request-timeout", "60s", "--root-dir"])
+        .arg(dir.path().join("root"))
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _g = KillOnDrop(child.id());
+    // the whole of start-up up to the runtime call: the process reads its config and logs;
+    // 1 s is far more than that takes, and far less than the 60 s the call would hang
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(child.try_wait().unwrap().is_none(), "reaplet ended early");
+    sigterm(child.id());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "SIGTERM did not stop reaplet within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
