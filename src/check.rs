@@ -5,7 +5,7 @@
 use crate::agent::detect_cgroup_driver;
 use crate::cgroups::{self, CgroupMode};
 use crate::config::Settings;
-use crate::cri::{CriClient, CriConfig, CriError, Runtime};
+use crate::cri::{CriClient, CriConfig, CriError, EventSource, Runtime};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -119,15 +119,21 @@ pub async fn run(
     };
     if let Some(c) = &runtime_up {
         match c.container_events().await {
-            Ok(_) => out.push(line(
+            Ok(sub) => out.push(line(
                 "container events",
                 Outcome::Pass,
-                "GetContainerEvents supported",
+                match sub.source {
+                    EventSource::Cri => "from CRI GetContainerEvents",
+                    EventSource::ContainerdEvents => {
+                        "from containerd's events service (CRI GetContainerEvents not supported)"
+                    }
+                },
             )),
             Err(CriError::Unimplemented { .. }) => out.push(line(
                 "container events",
                 Outcome::Pass,
-                "GetContainerEvents not supported: runtime state is polled every 1s",
+                "not supported (neither CRI GetContainerEvents nor containerd's events service): \
+                 runtime state is polled every 1s",
             )),
             Err(e) => out.push(line("container events", Outcome::Fail, e.to_string())),
         }

@@ -139,6 +139,24 @@ pub async fn kill_pod<R: Runtime>(
     pod_grace: i64,
     memory: &KillMemory,
 ) -> Result<KillReport, KillError> {
+    kill_pod_reporting(runtime, events, pod, pod_grace, memory, None).await
+}
+
+/// What [`kill_pod_reporting`] tells as soon as every container has stopped, before the
+/// sandboxes: the containers' final states.
+pub type OnContainersStopped<'a> = &'a (dyn Fn(&[ContainerFinal]) + Sync);
+
+/// [`kill_pod`], telling `stopped` the containers' final states as soon as they have all
+/// stopped, before the sandboxes are (a naturally completed pod's terminal status goes out
+/// then, as the kubelet writes it from its sync: the sandbox teardown follows).
+pub async fn kill_pod_reporting<R: Runtime>(
+    runtime: &R,
+    events: &EventSink,
+    pod: &PodInfo,
+    pod_grace: i64,
+    memory: &KillMemory,
+    stopped: Option<OnContainersStopped<'_>>,
+) -> Result<KillReport, KillError> {
     let uid = pod.uid.as_str();
     let list_err = |source| KillError::List {
         uid: uid.to_owned(),
@@ -188,10 +206,16 @@ pub async fn kill_pod<R: Runtime>(
         .instrument(span)
     });
     let results = join_all(kills).await;
-    let mut stopped = 0;
+    let mut containers_stopped = 0;
     for r in results {
         r?;
-        stopped += 1;
+        containers_stopped += 1;
+    }
+    if let Some(tell) = stopped {
+        let now = runtime.list_containers(Some(uid)).await.map_err(list_err)?;
+        if now.iter().all(|c| !c.state.may_run()) {
+            tell(&final_states(runtime, uid, &now).await?);
+        }
     }
 
     let sandboxes = runtime.list_sandboxes(Some(uid)).await.map_err(list_err)?;
@@ -229,8 +253,23 @@ pub async fn kill_pod<R: Runtime>(
             ids: still,
         });
     }
-    let mut finals = Vec::with_capacity(after.len());
-    for c in &after {
+    let finals = final_states(runtime, uid, &after).await?;
+    Ok(KillReport {
+        containers_stopped,
+        sandboxes_stopped: sandboxes.len(),
+        finals,
+    })
+}
+
+/// The final states of stopped containers (one removed meanwhile has none: its status is
+/// `ContainerStatusUnknown`).
+async fn final_states<R: Runtime>(
+    runtime: &R,
+    uid: &str,
+    containers: &[RuntimeContainer],
+) -> Result<Vec<ContainerFinal>, KillError> {
+    let mut finals = Vec::with_capacity(containers.len());
+    for c in containers {
         match runtime.container_status(&c.id).await {
             Ok(d) => finals.push(ContainerFinal {
                 name: c.name.clone(),
@@ -242,7 +281,6 @@ pub async fn kill_pod<R: Runtime>(
                 finished_at: d.finished_at,
                 attempt: c.attempt,
             }),
-            // removed meanwhile: it has no status left (ContainerStatusUnknown)
             Err(e) if e.is_not_found() => {}
             Err(source) => {
                 return Err(KillError::List {
@@ -252,11 +290,7 @@ pub async fn kill_pod<R: Runtime>(
             }
         }
     }
-    Ok(KillReport {
-        containers_stopped: stopped,
-        sandboxes_stopped: sandboxes.len(),
-        finals,
-    })
+    Ok(finals)
 }
 
 #[allow(clippy::too_many_arguments)]

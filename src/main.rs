@@ -110,6 +110,15 @@ struct Flags {
     /// How long the terminated stage waits for volumes to be unmounted (default 2m3s).
     #[arg(long, env = "REAPLET_VOLUME_UNMOUNT_TIMEOUT")]
     volume_unmount_timeout: Option<String>,
+    /// Runtime relist period without container events (default 1s).
+    #[arg(long, env = "REAPLET_RELIST_PERIOD")]
+    relist_period: Option<String>,
+    /// Runtime relist period while container events flow (default 10s).
+    #[arg(long, env = "REAPLET_RELIST_PERIOD_WITH_EVENTS")]
+    relist_period_with_events: Option<String>,
+    /// Subscribe to container exits: CRI GetContainerEvents, else containerd's events (default true).
+    #[arg(long, env = "REAPLET_CONTAINER_EVENTS", num_args = 0..=1, default_missing_value = "true")]
+    container_events: Option<String>,
 }
 
 impl Flags {
@@ -133,6 +142,9 @@ impl Flags {
             metrics_bind_address: self.metrics_bind_address.clone(),
             log_format: self.log_format.clone(),
             volume_unmount_timeout: self.volume_unmount_timeout.clone(),
+            relist_period: self.relist_period.clone(),
+            relist_period_with_events: self.relist_period_with_events.clone(),
+            container_events: self.container_events.clone(),
         }
     }
 
@@ -486,6 +498,9 @@ async fn agent_config(
         pipeline: PipelineConfig {
             root_dir: s.root_dir,
             volume_wait: s.volume_unmount_timeout,
+            relist_period: s.relist_period,
+            relist_period_with_events: s.relist_period_with_events,
+            container_events: s.container_events,
             ..PipelineConfig::default()
         },
         shutdown_timeout: Duration::from_secs(5),

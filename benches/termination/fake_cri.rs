@@ -2,6 +2,9 @@
 //! in memory, every call takes a configurable latency, StopContainer ends a container with exit
 //! 0 (a TERM-honouring process) after its own latency. What the agent sees is the CRI wire
 //! protocol exactly as from containerd; what it costs is only the agent's own work.
+//! `GetContainerEvents` answers UNIMPLEMENTED as containerd 1.6 does, unless the fake is made
+//! [`FakeCri::with_events`]: then [`FakeCri::exit`] ends a container by itself and streams its
+//! stop event to every subscriber (also used by `tests/container_events.rs`).
 
 use reaplet::cri::{self, pb};
 use std::collections::HashMap;
@@ -56,7 +59,11 @@ pub struct FakeCri {
     pods: Arc<Mutex<Pods>>,
     latency: Latency,
     pub calls: Arc<AtomicU64>,
+    /// `Some`: `GetContainerEvents` is served, to these subscribers.
+    events: Option<Arc<Mutex<Vec<EventSender>>>>,
 }
+
+type EventSender = tokio::sync::mpsc::Sender<Result<pb::ContainerEventResponse, Status>>;
 
 fn labels_match(labels: &HashMap<String, String>, sel: &HashMap<String, String>) -> bool {
     sel.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -68,7 +75,45 @@ impl FakeCri {
             pods: Arc::default(),
             latency,
             calls: Arc::default(),
+            events: None,
         }
+    }
+
+    /// Serves `GetContainerEvents` (as containerd 2.x does).
+    #[allow(dead_code)] // tests/container_events.rs
+    pub fn with_events(mut self) -> Self {
+        self.events = Some(Arc::default());
+        self
+    }
+
+    /// Container `c-<uid>` exits by itself with `code` now; its stop event goes to every
+    /// subscriber. Returns the exit time (ns).
+    #[allow(dead_code)] // tests/container_events.rs
+    pub fn exit(&self, uid: &str, code: i32) -> i64 {
+        let id = format!("c-{uid}");
+        let now = reaplet::wall_ns();
+        let status = {
+            let mut p = self.pods.lock().unwrap();
+            let c = p.containers.get_mut(&id).expect("the container exists");
+            c.state = pb::ContainerState::ContainerExited as i32;
+            c.finished_at = now;
+            c.exit_code = code;
+            c.reason = if code == 0 { "Completed" } else { "Error" }.into();
+            c.clone()
+        };
+        let ev = pb::ContainerEventResponse {
+            container_id: id,
+            container_event_type: pb::ContainerEventType::ContainerStoppedEvent as i32,
+            created_at: now,
+            pod_sandbox_status: None,
+            containers_statuses: vec![status],
+        };
+        if let Some(subs) = &self.events {
+            for tx in subs.lock().unwrap().iter() {
+                let _ = tx.try_send(Ok(ev.clone()));
+            }
+        }
+        now
     }
 
     /// A running pod with one container, labelled and annotated as the kubelet does.
@@ -193,8 +238,16 @@ runtime_service! {
         &self,
         _: Request<pb::GetEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        // as containerd 1.6: the agent polls
-        Err(Status::unimplemented("get_container_events"))
+        let Some(subs) = &self.events else {
+            // as containerd 1.6: the agent asks containerd's events service, then polls
+            return Err(Status::unimplemented("get_container_events"));
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        subs.lock().unwrap().push(tx);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|ev| (ev, rx))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn version(

@@ -6,6 +6,8 @@
 //! sudo cargo bench --bench termination -- burst       # 110 pods at once, and the CRI floor
 //! sudo cargo bench --bench termination -- synthetic   # fake CRI: 100, 1,000, 5,000 pods
 //! sudo cargo bench --bench termination -- idle        # 110 running pods for 60 s
+//! sudo cargo bench --bench termination -- exits       # exit -> status, events vs relist; idle
+//! sudo cargo bench --bench termination -- exits:5     # exit -> status only, 5 pods per path
 //! sudo cargo bench --bench termination -- all
 //! ```
 //!
@@ -17,7 +19,10 @@
 #[path = "../../tests/common/apiserver/mod.rs"]
 #[allow(unused_imports)]
 mod apiserver;
+mod exits;
 mod fake_cri;
+#[path = "../../tests/common/gate.rs"]
+mod gate;
 
 use apiserver::ApiServer;
 use reaplet::cri::Runtime;
@@ -555,45 +560,6 @@ async fn synthetic(sizes: &[usize], latency: fake_cri::Latency) -> R<()> {
     Ok(())
 }
 
-/// `n` running pods, reaplet idle for `secs`: its CPU and RSS, and containerd's extra CPU.
-async fn idle(n: usize, secs: u64) -> R<()> {
-    header(&format!("idle: {n} running pods, {secs} s"));
-    let tb = Testbed::start(repo(), "bench-idle");
-    let api = ApiServer::start().await;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    api_pods(&api, &tb, "idle", n, 8).await?;
-    let cpid: u32 = std::fs::read_to_string(tb.dir.join("containerd.pid"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .ok_or("no containerd pid")?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let c0 = cpu_secs(cpid);
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    let base = cpu_secs(cpid) - c0;
-    let agent = Agent::spawn(&api, &tb.endpoint(), &tb.cgroup_root, dir.path(), &[])?;
-    agent.wait_ready().await?;
-    agent.wait_known(n).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (r0, c0) = (cpu_secs(agent.pid()), cpu_secs(cpid));
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    let (r, c) = (cpu_secs(agent.pid()) - r0, cpu_secs(cpid) - c0);
-    let s = secs as f64;
-    println!(
-        "reaplet: {:.3} % of a core ({r:.2} CPU-s in {secs} s), RSS {:.1} MiB (peak {:.1} MiB)",
-        100.0 * r / s,
-        status_mib(agent.pid(), |s| s.vmrss),
-        status_mib(agent.pid(), |s| s.vmhwm)
-    );
-    println!(
-        "containerd: {:.3} % of a core without reaplet, {:.3} % with it: the polling costs {:.3} % of a core",
-        100.0 * base / s,
-        100.0 * c / s,
-        100.0 * (c - base) / s
-    );
-    agent.stop();
-    Ok(())
-}
-
 async fn run(modes: &[String], bench: bool) -> R<()> {
     let lat = fake_cri::Latency {
         call: Duration::from_millis(1),
@@ -603,6 +569,7 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
         // cargo test: the harness works end to end, small
         single(2).await?;
         synthetic(&[50], lat).await?;
+        exits::exits(2, 2, 1).await?;
         return Ok(());
     }
     let all = modes.is_empty() || modes.iter().any(|m| m == "all");
@@ -621,9 +588,15 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
         if let Some(n) = m.strip_prefix("synthetic:").and_then(|n| n.parse().ok()) {
             synthetic(&[n], lat).await?;
         }
+        if let Some(n) = m.strip_prefix("exits:").and_then(|n| n.parse().ok()) {
+            exits::exits(n, 0, 0).await?;
+        }
     }
     if want("idle") {
-        idle(110, 60).await?;
+        exits::idle_by_path(110, 60).await?;
+    }
+    if want("exits") {
+        exits::exits(20, 0, 0).await?;
     }
     Ok(())
 }

@@ -80,6 +80,9 @@ pub struct RawSettings {
     pub metrics_bind_address: Option<String>,
     pub log_format: Option<String>,
     pub volume_unmount_timeout: Option<String>,
+    pub relist_period: Option<String>,
+    pub relist_period_with_events: Option<String>,
+    pub container_events: Option<String>,
 }
 
 /// A config file: reaplet's own kind, or the kubelet's.
@@ -231,7 +234,10 @@ macro_rules! every_field {
             event_burst,
             metrics_bind_address,
             log_format,
-            volume_unmount_timeout
+            volume_unmount_timeout,
+            relist_period,
+            relist_period_with_events,
+            container_events
         )
     };
 }
@@ -272,6 +278,9 @@ pub const FIELDS: &[&str] = &[
     "metricsBindAddress",
     "logFormat",
     "volumeUnmountTimeout",
+    "relistPeriod",
+    "relistPeriodWithEvents",
+    "containerEvents",
 ];
 
 /// Known field names, for errors about a key that is not a field.
@@ -320,6 +329,12 @@ pub struct Settings {
     pub metrics_bind_address: SocketAddr,
     pub log_format: LogFormat,
     pub volume_unmount_timeout: Duration,
+    /// The runtime relist period without container events (the kubelet's PLEG: 1 s).
+    pub relist_period: Duration,
+    /// The relist period while container events flow: the safety net behind them.
+    pub relist_period_with_events: Duration,
+    /// Subscribe to container exits (CRI `GetContainerEvents`, else containerd's events).
+    pub container_events: bool,
     /// Graceful node shutdown (the kubelet's `shutdownGracePeriod*`, from its file only).
     pub shutdown: ShutdownSettings,
 }
@@ -384,6 +399,18 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
     )
     .map_err(|e| err("cgroupRoot", e.to_string()))?;
     let cgroups_per_qos = boolean("cgroupsPerQOS", raw.cgroups_per_qos, true)?;
+    let relist_period = duration(
+        "relistPeriod",
+        raw.relist_period,
+        Duration::from_secs(1),
+        Duration::from_millis(100),
+    )?;
+    let relist_period_with_events = duration(
+        "relistPeriodWithEvents",
+        raw.relist_period_with_events,
+        Duration::from_secs(10).max(relist_period),
+        relist_period,
+    )?;
     let pod_manifest_path = raw
         .pod_manifest_path
         .map(|v| abs_path("podManifestPath", &v))
@@ -439,6 +466,9 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
             Duration::from_secs(123),
             Duration::from_secs(1),
         )?,
+        relist_period,
+        relist_period_with_events,
+        container_events: boolean("containerEvents", raw.container_events, true)?,
         shutdown: ShutdownSettings::default(),
     })
 }

@@ -39,6 +39,9 @@ pub const INVALID: &[(&str, &str)] = &[
     ("metricsBindAddress", "localhost"),
     ("logFormat", "xml"),
     ("volumeUnmountTimeout", "0s"),
+    ("relistPeriod", "10ms"),
+    ("relistPeriodWithEvents", "500ms"),
+    ("containerEvents", "yes"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -63,6 +66,9 @@ fn set(field: &str, v: &str) -> RawSettings {
         "metricsBindAddress" => r.metrics_bind_address = v,
         "logFormat" => r.log_format = v,
         "volumeUnmountTimeout" => r.volume_unmount_timeout = v,
+        "relistPeriod" => r.relist_period = v,
+        "relistPeriodWithEvents" => r.relist_period_with_events = v,
+        "containerEvents" => r.container_events = v,
         _ => panic!("unknown field {field}"),
     }
     r

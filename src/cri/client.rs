@@ -20,6 +20,8 @@ use tracing::Instrument;
 #[derive(Clone, Debug)]
 pub struct CriClient {
     client: RuntimeServiceClient<Channel>,
+    /// The connection under `client`, shared by containerd's events client (same socket).
+    channel: Channel,
     request_timeout: Duration,
     socket: PathBuf,
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
@@ -38,24 +40,11 @@ impl CriClient {
     /// Builds the client; no connection is made until the first call.
     pub fn new(config: &CriConfig) -> Result<Self, CriError> {
         let socket = socket_path(&config.endpoint)?;
-        let path = socket.clone();
-        // The URI is required by tonic but unused: the connector below dials the socket.
-        let channel = Endpoint::from_static("http://cri.invalid")
-            .user_agent(USER_AGENT)
-            .map_err(|e| CriError::Endpoint {
-                endpoint: config.endpoint.clone(),
-                reason: format!("user agent {USER_AGENT:?}: {e}"),
-            })?
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    let stream = tokio::net::UnixStream::connect(path).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            }));
+        let channel = unix_channel(&socket, &config.endpoint)?;
         Ok(Self {
-            client: RuntimeServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+            client: RuntimeServiceClient::new(channel.clone())
+                .max_decoding_message_size(64 * 1024 * 1024),
+            channel,
             request_timeout: config.request_timeout,
             socket,
             metrics: None,
@@ -147,6 +136,28 @@ impl CriClient {
     pub fn raw(&self) -> RuntimeServiceClient<Channel> {
         self.client.clone()
     }
+}
+
+/// A lazily connecting tonic channel over the unix socket `socket` (`endpoint` is only for
+/// the error): every gRPC client of the runtime socket (CRI, containerd's events) uses it.
+pub(crate) fn unix_channel(socket: &std::path::Path, endpoint: &str) -> Result<Channel, CriError> {
+    let path = socket.to_owned();
+    // The URI is required by tonic but unused: the connector below dials the socket.
+    let channel = Endpoint::from_static("http://cri.invalid")
+        .user_agent(USER_AGENT)
+        .map_err(|e| CriError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            reason: format!("user agent {USER_AGENT:?}: {e}"),
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }));
+    Ok(channel)
 }
 
 fn req<T>(msg: T, timeout: Duration) -> tonic::Request<T> {
@@ -382,7 +393,47 @@ impl Runtime for CriClient {
         })
     }
 
-    async fn container_events(
+    async fn container_events(&self) -> Result<EventSubscription, CriError> {
+        let span = tracing::debug_span!("cri", op = "container_events");
+        async move {
+            match self.cri_container_events().await {
+                Ok(events) => Ok(EventSubscription {
+                    source: EventSource::Cri,
+                    events,
+                }),
+                Err(CriError::Unimplemented { .. }) => {
+                    let settle = SUBSCRIBE_SETTLE.min(self.request_timeout);
+                    let events = containerd_events::subscribe(self.channel.clone(), settle)
+                        .await
+                        .map_err(|e| events_error(&e))?;
+                    Ok(EventSubscription {
+                        source: EventSource::ContainerdEvents,
+                        events,
+                    })
+                }
+                Err(e) => Err(e),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// How long a containerd event subscription may take to be refused (see
+/// [`containerd_events`]'s docs: an accepted one is not answered until the first event).
+const SUBSCRIBE_SETTLE: Duration = Duration::from_millis(200);
+
+/// The op of containerd's events subscription in [`CriError`]s.
+const OP_SUBSCRIBE: &str = "containerd Events/Subscribe";
+
+fn events_error(e: &containerd_events::EventsError) -> CriError {
+    let code = e.code().unwrap_or(tonic::Code::Internal);
+    CriError::from_status(OP_SUBSCRIBE, "", tonic::Status::new(code, e.to_string()))
+}
+
+impl CriClient {
+    /// CRI `GetContainerEvents`.
+    async fn cri_container_events(
         &self,
     ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
         let mut client = self.client.clone();
@@ -402,19 +453,40 @@ impl Runtime for CriClient {
         let mut stream = resp.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
-            while let Ok(Some(ev)) = stream.message().await {
-                if tx
-                    .send(ContainerEvent {
-                        container_id: ev.container_id,
-                    })
-                    .await
-                    .is_err()
-                {
+            loop {
+                // a dropped receiver ends the stream at once, not at the next event
+                let next = tokio::select! {
+                    m = stream.message() => m,
+                    () = tx.closed() => break,
+                };
+                let Ok(Some(ev)) = next else { break };
+                if tx.send(cri_event(ev)).await.is_err() {
                     break;
                 }
             }
         });
         Ok(rx)
+    }
+}
+
+/// A CRI container event; the exit code and time from the container's own status in it.
+fn cri_event(ev: pb::ContainerEventResponse) -> ContainerEvent {
+    let kind = match pb::ContainerEventType::try_from(ev.container_event_type) {
+        Ok(pb::ContainerEventType::ContainerCreatedEvent) => ContainerEventKind::Created,
+        Ok(pb::ContainerEventType::ContainerStartedEvent) => ContainerEventKind::Started,
+        Ok(pb::ContainerEventType::ContainerStoppedEvent) => ContainerEventKind::Exited,
+        Ok(pb::ContainerEventType::ContainerDeletedEvent) => ContainerEventKind::Deleted,
+        Err(_) => ContainerEventKind::Other,
+    };
+    let exited = ev
+        .containers_statuses
+        .iter()
+        .find(|s| s.id == ev.container_id && s.state == pb::ContainerState::ContainerExited as i32);
+    ContainerEvent {
+        kind,
+        exit_code: exited.map(|s| s.exit_code),
+        exited_at: exited.map(|s| s.finished_at),
+        container_id: ev.container_id,
     }
 }
 
@@ -470,6 +542,93 @@ mod tests {
                 "User-Agent {ua:?}"
             );
         }
+        server.abort();
+    }
+
+    /// A bare HTTP/2 server on a unix socket: records each request's path; answers
+    /// UNIMPLEMENTED, except that with `hold_subscribe` containerd's `Subscribe` is held open
+    /// without headers (as containerd does until its first event).
+    fn fake_runtime(
+        socket: &std::path::Path,
+        hold_subscribe: bool,
+    ) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::UnixListener::bind(socket).unwrap();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let record = seen.clone();
+        let server = tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let record = record.clone();
+                let svc =
+                    hyper::service::service_fn(move |r: hyper::Request<hyper::body::Incoming>| {
+                        let path = r.uri().path().to_owned();
+                        record.lock().unwrap().push(path.clone());
+                        async move {
+                            if hold_subscribe && path.ends_with("Events/Subscribe") {
+                                std::future::pending::<()>().await;
+                            }
+                            hyper::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .header("grpc-status", "12")
+                                .body(Empty::<Bytes>::new())
+                        }
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc),
+                );
+            }
+        });
+        (seen, server)
+    }
+
+    fn client_for(socket: &std::path::Path) -> CriClient {
+        CriClient::new(&CriConfig {
+            endpoint: format!("unix://{}", socket.display()),
+            request_timeout: Duration::from_secs(5),
+        })
+        .unwrap()
+    }
+
+    /// No `GetContainerEvents`: containerd's events service is asked next, on the same socket;
+    /// a runtime with neither is `Unimplemented` (the caller polls).
+    #[tokio::test]
+    async fn events_fall_back_to_containerd_then_to_polling() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("cri.sock");
+        let (seen, server) = fake_runtime(&socket, false);
+        let r = client_for(&socket).container_events().await;
+        assert!(
+            matches!(r, Err(CriError::Unimplemented { op: OP_SUBSCRIBE })),
+            "{r:?}"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "/runtime.v1.RuntimeService/GetContainerEvents",
+                "/containerd.services.events.v1.Events/Subscribe",
+            ]
+        );
+        server.abort();
+    }
+
+    /// containerd answers `Subscribe` with its first event: a subscription not refused within
+    /// the settle time is in use, and its receiver stays open.
+    #[tokio::test]
+    async fn an_unanswered_subscription_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("cri.sock");
+        let (_seen, server) = fake_runtime(&socket, true);
+        let started = tokio::time::Instant::now();
+        let mut sub = client_for(&socket).container_events().await.unwrap();
+        assert_eq!(sub.source, EventSource::ContainerdEvents);
+        assert!(started.elapsed() >= SUBSCRIBE_SETTLE);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), sub.events.recv())
+                .await
+                .is_err(),
+            "the receiver stays open"
+        );
         server.abort();
     }
 }

@@ -305,9 +305,7 @@ impl Runtime for FakeRuntime {
         Ok(ExecResult { exit_code: 0 })
     }
 
-    async fn container_events(
-        &self,
-    ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
+    async fn container_events(&self) -> Result<EventSubscription, CriError> {
         Err(CriError::Unimplemented {
             op: "GetContainerEvents",
         })

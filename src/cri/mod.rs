@@ -8,7 +8,8 @@
 //! * every call has a deadline: [`CriConfig::request_timeout`] (kubelet: 2 min), and for
 //!   `StopContainer` the request timeout plus the grace;
 //! * errors are classified by gRPC status code, never by message text: `NotFound` on a stop is
-//!   "already stopped" for the caller, `Unimplemented` on `GetContainerEvents` means "poll".
+//!   "already stopped" for the caller, `Unimplemented` on `GetContainerEvents` means "ask
+//!   containerd's events service" ([`containerd_events`]), and if that is refused, "poll".
 
 pub mod pb {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -16,6 +17,7 @@ pub mod pb {
 }
 
 mod client;
+pub mod containerd_events;
 #[cfg(test)]
 pub mod fake;
 
@@ -183,10 +185,63 @@ pub struct RuntimeVersion {
     pub runtime_api_version: String,
 }
 
-/// A change notice from `GetContainerEvents`: reaplet only uses it as a "relist now" trigger.
+/// What a [`ContainerEvent`] says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerEventKind {
+    Created,
+    Started,
+    /// The container's process exited.
+    Exited,
+    Deleted,
+    /// An event type this version does not know.
+    Other,
+}
+
+/// A change notice about one container, from CRI `GetContainerEvents` or containerd's events
+/// service ([`EventSource`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerEvent {
+    /// The CRI container ID (for containerd's events, sandbox IDs appear here too).
     pub container_id: String,
+    pub kind: ContainerEventKind,
+    /// The exit code, when the event carries it (an exit).
+    pub exit_code: Option<i32>,
+    /// When the container exited, in nanoseconds since the epoch (CRI's `finished_at` form),
+    /// when the event carries it.
+    pub exited_at: Option<i64>,
+}
+
+/// Where a runtime's container events come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSource {
+    /// CRI `GetContainerEvents`.
+    Cri,
+    /// containerd's events service on the same socket (`/tasks/exit`, `/tasks/delete` in
+    /// namespace `k8s.io`), for containerd without `GetContainerEvents` (1.6).
+    ContainerdEvents,
+}
+
+impl EventSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventSource::Cri => "CRI GetContainerEvents",
+            EventSource::ContainerdEvents => "containerd events service",
+        }
+    }
+}
+
+impl std::fmt::Display for EventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An open container event subscription. `events` ends when the stream does (runtime
+/// restarted, connection lost): the caller subscribes again.
+#[derive(Debug)]
+pub struct EventSubscription {
+    pub source: EventSource,
+    pub events: tokio::sync::mpsc::Receiver<ContainerEvent>,
 }
 
 /// The operations the termination pipeline needs from a CRI runtime.
@@ -224,11 +279,10 @@ pub trait Runtime: Send + Sync + 'static {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> impl Future<Output = Result<ExecResult, CriError>> + Send;
-    /// Subscribe to container events. `Err(Unimplemented)` on runtimes without them
-    /// (containerd 1.6): the caller polls instead. The stream ends when the connection drops.
-    fn container_events(
-        &self,
-    ) -> impl Future<Output = Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError>> + Send;
+    /// Subscribe to container events: CRI `GetContainerEvents`, else (containerd 1.6)
+    /// containerd's events service. `Err(Unimplemented)` on runtimes with neither: the caller
+    /// polls instead. The stream ends when the connection drops.
+    fn container_events(&self) -> impl Future<Output = Result<EventSubscription, CriError>> + Send;
 }
 
 /// Connection settings for [`CriClient`].

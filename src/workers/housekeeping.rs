@@ -21,6 +21,7 @@
 //!   failing and one when it works again, never one per poll.
 
 use super::runtime_health::{BEAT, relist_deadline};
+use super::subscription::{Exits, Next, Subscription};
 use super::sweeps::Sweeps;
 use super::{KillRequest, PodSource, PodWorkers};
 use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
@@ -29,13 +30,7 @@ use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
 use std::collections::HashSet;
 use std::time::Duration;
-
-async fn recv_opt<T>(rx: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
+use tokio::time::Instant;
 
 /// What one relist found to do, decided under the registry lock and done after it.
 #[derive(Default)]
@@ -46,11 +41,12 @@ struct Findings {
 }
 
 impl<R: Runtime> PodWorkers<R> {
-    /// Housekeeping, the main loop: beats every [`BEAT`], relists the runtime (on container
-    /// events when the runtime has them, else every `relist_period`) under the relist
-    /// deadline, judges the runtime's health, finds orphans and naturally completed pods,
-    /// and forgets finished workers. Runs until cancelled. See the `runtime_health` module's
-    /// docs for the heartbeat/relist split.
+    /// Housekeeping, the main loop: beats every [`BEAT`], relists the runtime (at once on
+    /// container events, see [`super::subscription`]; else every `relist_period`, every
+    /// `relist_period_with_events` while events flow and the runtime is healthy) under the
+    /// relist deadline, judges the runtime's health, finds orphans and naturally completed
+    /// pods, and forgets finished workers. Runs until cancelled. See the `runtime_health`
+    /// module's docs for the heartbeat/relist split.
     pub async fn run_housekeeping(self) {
         let cancel = self.inner.cancel.clone();
         let mut relist_failing = false;
@@ -58,24 +54,27 @@ impl<R: Runtime> PodWorkers<R> {
         let mut beat = tokio::time::interval(BEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.beat();
-        let mut events = match self.inner.runtime.container_events().await {
-            Ok(rx) => {
-                tracing::info!("runtime container events subscribed");
-                Some(rx)
-            }
-            Err(e) => {
-                tracing::info!(err = %e, "runtime has no container events; polling");
-                None
-            }
-        };
+        let mut sub = Subscription::new(self.inner.config.container_events, Instant::now());
+        let mut exits = Exits::default();
+        // a quick relist for an exit the runtime's CRI view has not applied yet
+        let mut recheck: Option<Duration> = None;
+        // periodic passes (the safety net, and the only ones that sweep leftovers) keep their
+        // rhythm whatever events trigger in between
+        let mut last_periodic = Instant::now();
         loop {
-            let period = if events.is_some() {
+            // while the runtime is stalled, poll at the fast period to see it come back
+            let period = if sub.flowing() && self.runtime_stall().is_none() {
                 self.inner.config.relist_period_with_events
             } else {
                 self.inner.config.relist_period
             };
-            // waiting for the next relist, beating meanwhile
-            let next = tokio::time::sleep(period);
+            // waiting for the next relist, beating meanwhile; periodic passes sweep leftovers
+            let periodic_at = last_periodic + period;
+            let wake = recheck
+                .take()
+                .map_or(periodic_at, |d| periodic_at.min(Instant::now() + d));
+            let mut periodic = false;
+            let next = tokio::time::sleep_until(wake);
             tokio::pin!(next);
             loop {
                 tokio::select! {
@@ -85,22 +84,45 @@ impl<R: Runtime> PodWorkers<R> {
                         self.beat();
                         self.judge_runtime_health();
                     }
-                    _ = &mut next => break,
+                    _ = &mut next => {
+                        periodic = Instant::now() >= periodic_at;
+                        break;
+                    }
                     _ = self.inner.relist_now.notified() => break,
-                    ev = recv_opt(&mut events) => {
-                        if ev.is_none() {
-                            tracing::warn!("runtime container event stream ended; polling");
-                            events = None;
+                    next = sub.next(&mut exits) => {
+                        if matches!(next, Next::Ended) {
+                            sub.ended(Instant::now());
                         }
                         break;
                     }
                 }
             }
-            // the pass, beating meanwhile: its runtime lists are bounded by the relist
-            // deadline, its other calls by the runtime request timeout
-            let pass = self.relist_sweeping(&mut sweeps, relist_deadline(period));
+            // the pass, beating meanwhile: a due (re)subscription first, then the relist,
+            // which covers any event missed before it; the runtime lists are bounded by the
+            // relist deadline, the pass's other calls by the runtime request timeout
+            let deadline = relist_deadline(period);
+            if periodic {
+                last_periodic = Instant::now();
+            }
+            let subscribe = sub.due(Instant::now());
+            let pass = async {
+                let subscribed = match subscribe {
+                    false => None,
+                    true => Some(
+                        tokio::time::timeout(deadline, self.inner.runtime.container_events())
+                            .await
+                            .unwrap_or(Err(CriError::DeadlineExceeded {
+                                op: "container events",
+                                id: String::new(),
+                                timeout: deadline,
+                            })),
+                    ),
+                };
+                let sweeps = periodic.then_some(&mut sweeps);
+                (subscribed, self.relist_sweeping(sweeps, deadline).await)
+            };
             tokio::pin!(pass);
-            let r = loop {
+            let (subscribed, r) = loop {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = self.frozen() => return self.wedged().await,
@@ -111,17 +133,22 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                 }
             };
+            if let Some(s) = subscribed {
+                sub.subscribed(s, Instant::now());
+            }
             match r {
                 Err(e) if !relist_failing => {
                     tracing::warn!(err = %e, "runtime relist failed; retrying every period");
                     relist_failing = true;
                 }
                 Err(e) => tracing::debug!(err = %e, "runtime relist failed again"),
-                Ok(()) if relist_failing => {
-                    tracing::info!("runtime relist works again");
-                    relist_failing = false;
+                Ok(running) => {
+                    if relist_failing {
+                        tracing::info!("runtime relist works again");
+                        relist_failing = false;
+                    }
+                    recheck = exits.after_relist(&running, Instant::now());
                 }
-                Ok(()) => {}
             }
             self.judge_runtime_health();
             self.beat();
@@ -147,8 +174,9 @@ impl<R: Runtime> PodWorkers<R> {
     /// confirmation over two passes.
     pub async fn relist(&self) -> Result<(), CriError> {
         let period = self.inner.config.relist_period;
-        self.relist_sweeping(&mut Sweeps::default(), relist_deadline(period))
+        self.relist_sweeping(None, relist_deadline(period))
             .await
+            .map(drop)
     }
 
     /// The runtime's sandboxes and containers, within `deadline`; the runtime's health
@@ -175,11 +203,13 @@ impl<R: Runtime> PodWorkers<R> {
         r
     }
 
+    /// One relist and what it calls for; with `sweeps`, the node's leftovers are swept too.
+    /// Returns the IDs of the containers the runtime says may run.
     async fn relist_sweeping(
         &self,
-        sweeps: &mut Sweeps,
+        sweeps: Option<&mut Sweeps>,
         deadline: Duration,
-    ) -> Result<(), CriError> {
+    ) -> Result<HashSet<String>, CriError> {
         let rt = &self.inner.runtime;
         let (sandboxes, containers) = self.list_runtime(deadline).await?;
         let grouped = pod::group_runtime(&sandboxes, &containers);
@@ -213,9 +243,15 @@ impl<R: Runtime> PodWorkers<R> {
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
             let _ = self.kill(&pod.uid, KillRequest::new(KillReason::Completed));
         }
-        let runtime_uids: HashSet<PodUid> = grouped.pods.keys().cloned().collect();
-        self.sweep_leftovers(sweeps, &runtime_uids).await;
-        Ok(())
+        if let Some(sweeps) = sweeps {
+            let runtime_uids: HashSet<PodUid> = grouped.pods.keys().cloned().collect();
+            self.sweep_leftovers(sweeps, &runtime_uids).await;
+        }
+        Ok(containers
+            .iter()
+            .filter(|c| c.state.may_run())
+            .map(|c| c.id.clone())
+            .collect())
     }
 
     /// Decides, under the registry lock, what the runtime's pods call for.

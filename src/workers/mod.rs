@@ -14,6 +14,7 @@
 //!   sandboxes.
 //! * [`runtime_health`]: the main loop's heartbeat (liveness), the relist deadline and the
 //!   runtime's health (readiness) judged from the relists.
+//! * [`subscription`]: container events (the evented PLEG's watch) that trigger relists.
 //! * [`sweeps`]: the node's leftovers (`cleanupOrphanedPodCgroups`, `cleanupOrphanedPodDirs`):
 //!   orphaned pod cgroups and pod directories.
 //!
@@ -35,6 +36,7 @@
 mod housekeeping;
 mod registry;
 mod runtime_health;
+mod subscription;
 mod sweeps;
 mod worker;
 
@@ -78,6 +80,8 @@ pub struct PipelineConfig {
     pub relist_period: Duration,
     /// Relist period when container events drive relists.
     pub relist_period_with_events: Duration,
+    /// Subscribe to container events (CRI, else containerd's events service).
+    pub container_events: bool,
     /// A kill still running this long after its deadline gets an `ExceededGracePeriod` event.
     pub exceeded_grace_slack: Duration,
     /// reaplet runs this node's static pods (it has a manifest directory): a static runtime
@@ -102,6 +106,7 @@ impl Default for PipelineConfig {
             volume_wait: Duration::from_secs(123),
             relist_period: Duration::from_secs(1),
             relist_period_with_events: Duration::from_secs(10),
+            container_events: true,
             exceeded_grace_slack: Duration::from_secs(10),
             owns_static_pods: false,
             orphan_min_age: Duration::from_secs(120),

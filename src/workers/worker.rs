@@ -349,9 +349,27 @@ impl<R: Runtime> Worker<R> {
                 let mut pod = self.pod.clone();
                 pod.kill_deadline = Deadline::earliest(pod.kill_deadline, retry_deadline);
                 let memory = self.memory.clone();
+                // a naturally completed pod's terminal status goes out as soon as its
+                // containers are known stopped, before the sandbox teardown (the status
+                // manager never sends a terminal phase twice: the report at KillComplete
+                // finds it already terminal)
+                let completed = matches!(self.m.reason, Some(KillReason::Completed));
                 Box::pin(async move {
-                    let r =
-                        kill::kill_pod(&*inner.runtime, &inner.events, &pod, grace, &memory).await;
+                    let report = |finals: &[crate::status::ContainerFinal]| {
+                        if let Some(sink) = inner.status.get() {
+                            sink.pod_terminated(&pod, Some(&KillReason::Completed), finals);
+                        }
+                    };
+                    let early: Option<kill::OnContainersStopped<'_>> = completed.then_some(&report);
+                    let r = kill::kill_pod_reporting(
+                        &*inner.runtime,
+                        &inner.events,
+                        &pod,
+                        grace,
+                        &memory,
+                        early,
+                    )
+                    .await;
                     (generation, r)
                 })
             }

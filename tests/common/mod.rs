@@ -393,3 +393,4 @@ pub async fn assert_runs_for(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+pub mod gate;
