@@ -19,6 +19,7 @@ use crate::lifecycle::PodPhase;
 use crate::metrics::{Exposition, Metrics};
 use crate::sd_notify::Notifier;
 use crate::server::{self, AgentState};
+use crate::standby::{self, AuthoritySetting, Decision, StandbyConfig};
 use crate::workers::{PipelineConfig, PodWorkers};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +56,15 @@ pub struct AgentConfig {
     /// The system bus socket, to stop pod slices as systemd units (systemd driver on a
     /// systemd host); `None`: pod cgroup directories are removed only.
     pub systemd_bus: Option<PathBuf>,
+    /// `--authority`: primary, standby beside a kubelet, or auto (see [`crate::standby`]);
+    /// without an API reaplet is primary whatever this says.
+    pub authority: AuthoritySetting,
+    /// The kubelet's health endpoint, one of the two signals of a dead kubelet.
+    pub kubelet_healthz_url: String,
+    /// How long the node Lease must go unrenewed (with the endpoint failing) for a takeover.
+    pub takeover_after: Duration,
+    /// How often standby looks at the Lease and the endpoint.
+    pub standby_poll: Duration,
 }
 
 impl AgentConfig {
@@ -86,6 +96,10 @@ impl AgentConfig {
             notify_socket: None,
             watchdog: None,
             systemd_bus: None,
+            authority: AuthoritySetting::Auto,
+            kubelet_healthz_url: standby::DEFAULT_HEALTHZ_URL.into(),
+            takeover_after: standby::DEFAULT_TAKEOVER_AFTER,
+            standby_poll: Duration::from_secs(2),
         }
     }
 }
@@ -120,6 +134,8 @@ struct Live<R> {
     events: EventSink,
     dropped_seen: AtomicU64,
     liveness_bound: Duration,
+    /// The authority decision (mode, role, why), from [`standby::run`].
+    authority: tokio::sync::watch::Receiver<Decision>,
 }
 
 impl<R: Runtime> Live<R> {
@@ -197,7 +213,16 @@ impl<R: Runtime> AgentState for Live<R> {
                 })
             })
             .collect();
-        serde_json::json!({ "pods": pods })
+        let d = *self.authority.borrow();
+        serde_json::json!({
+            "pods": pods,
+            "authority": {
+                "mode": d.mode.as_str(),
+                "role": d.role.as_str(),
+                "reason": format!("{:?}", d.reason),
+                "why": d.reason.as_str(),
+            },
+        })
     }
 }
 
@@ -232,6 +257,15 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     let (events, node_events_rx) = events.with_node_events(16);
     let events_for_state = events.clone();
     let tracker = TaskTracker::new();
+    // standby holds every kill from the first moment: passive until the start decision
+    let authority = Arc::new(Authority::default());
+    let first = standby::start_mode(
+        cfg.authority,
+        cfg.kube.is_some(),
+        standby::LeaseAtStart::Unknown,
+    );
+    authority.set_active(first.role == standby::Role::Active);
+    let (authority_tx, authority_rx) = tokio::sync::watch::channel(first);
     let tracker_runtime = runtime.clone();
     // with a manifest directory of its own, the static pods it runs are reaplet's; without
     // one, static pods on this node are the kubelet's and are never taken for orphans
@@ -241,8 +275,8 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
         Arc::new(runtime),
         cgroups,
         pipeline,
-        events,
-        Arc::new(Authority::default()),
+        events.clone(),
+        authority.clone(),
         cancel.clone(),
         tracker.clone(),
     );
@@ -297,6 +331,29 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             Some(metrics.clone()),
         );
         workers.set_status_sink(Arc::new(status.clone()));
+        if first.mode == standby::Mode::Standby {
+            let scfg = StandbyConfig {
+                setting: cfg.authority,
+                node_name: cfg.node_name.clone(),
+                healthz_url: cfg.kubelet_healthz_url.clone(),
+                takeover_after: cfg.takeover_after,
+                poll: cfg.standby_poll,
+                probe_timeout: cfg.standby_poll.min(Duration::from_secs(1)),
+            };
+            // decided before the pod source starts (at most START_TIMEOUT): a primary start
+            // never holds a kill for want of a decision
+            let first = standby::start(&scfg, Some(&client), &authority).await;
+            authority_tx.send_replace(first);
+            tracker.spawn(standby::run(
+                scfg,
+                client.clone(),
+                first,
+                authority.clone(),
+                events.clone(),
+                authority_tx,
+                cancel.clone(),
+            ));
+        }
         tracker.spawn(status.clone().run(cancel.clone()));
         tracker.spawn(api::events::run(
             client.clone(),
@@ -363,6 +420,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             .watchdog
             .unwrap_or(Duration::from_secs(60))
             .max(Duration::from_secs(30)),
+        authority: authority_rx,
     });
     if let Some(l) = listener {
         tracing::info!(address = ?l.local_addr().ok(), "status endpoint listening");

@@ -1,11 +1,14 @@
 //! The one authority check every kill passes (no kubelet counterpart: the kubelet always acts).
 //!
 //! Invariant: no container is stopped and no sandbox is stopped unless [`Authority::check`]
-//! allowed it at the moment the kill started. A future standby mode (a second agent watching a
-//! primary) holds reaplet passive by switching this off; kills then wait and retry.
+//! allowed it at the moment the kill started. Standby beside a kubelet ([`crate::standby`])
+//! holds reaplet passive by switching this off; kills then wait and retry on their backoff,
+//! and switching it on again wakes them at once ([`Authority::changes`]). A kill already
+//! started runs to its end (switching off never cuts one: the safe point).
 
 use crate::pod::PodUid;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthorityError {
@@ -17,12 +20,14 @@ pub enum AuthorityError {
 #[derive(Debug)]
 pub struct Authority {
     active: AtomicBool,
+    changes: watch::Sender<bool>,
 }
 
 impl Default for Authority {
     fn default() -> Self {
         Self {
             active: AtomicBool::new(true),
+            changes: watch::channel(true).0,
         }
     }
 }
@@ -30,6 +35,13 @@ impl Default for Authority {
 impl Authority {
     pub fn set_active(&self, active: bool) {
         self.active.store(active, Ordering::SeqCst);
+        self.changes
+            .send_if_modified(|a| std::mem::replace(a, active) != active);
+    }
+
+    /// Whether the agent may kill, as it changes: a held kill retries at once when it turns on.
+    pub fn changes(&self) -> watch::Receiver<bool> {
+        self.changes.subscribe()
     }
 
     pub fn is_active(&self) -> bool {

@@ -219,17 +219,24 @@ pub async fn run(
     // API
     match kube {
         Err(e) => out.push(line("kubeconfig", Outcome::Fail, e)),
-        Ok(None) if settings.pod_manifest_path.is_some() => out.push(line(
-            "kubeconfig",
-            Outcome::Pass,
-            "none: static manifests only",
-        )),
+        Ok(None) if settings.pod_manifest_path.is_some() => {
+            out.push(line(
+                "kubeconfig",
+                Outcome::Pass,
+                "none: static manifests only",
+            ));
+            out.push(authority_check(settings, node, None).await);
+        }
         Ok(None) => out.push(line(
             "kubeconfig",
             Outcome::Fail,
             "no kubeconfig, no in-cluster config, no --pod-manifest-path",
         )),
-        Ok(Some(cfg)) => out.push(api_check(cfg, node).await),
+        Ok(Some(cfg)) => {
+            let client = kube::Client::try_from(cfg.clone()).ok();
+            out.push(api_check(cfg, node).await);
+            out.push(authority_check(settings, node, client).await);
+        }
     }
     // logind
     let logind = host.systemd_run.is_dir()
@@ -240,6 +247,48 @@ pub async fn run(
         line("logind", Outcome::Warn, "not reachable (systemd is not init, or no system D-Bus): needed only for graceful node shutdown")
     });
     out
+}
+
+/// The mode `reaplet run` would start in, and why; in standby, what the kubelet's two signals
+/// say now (see [`crate::standby`]).
+async fn authority_check(settings: &Settings, node: &str, client: Option<kube::Client>) -> Line {
+    use crate::standby::{self, Health, Mode, StandbyConfig};
+    let cfg = StandbyConfig {
+        setting: settings.authority,
+        healthz_url: settings.kubelet_healthz_url.clone(),
+        takeover_after: settings.takeover_after,
+        ..StandbyConfig::new(node)
+    };
+    let d = standby::start(
+        &cfg,
+        client.as_ref(),
+        &crate::authority::Authority::default(),
+    )
+    .await;
+    let mode = d.mode.as_str();
+    let detail = format!(
+        "--authority={}: {mode} ({})",
+        settings.authority.as_str(),
+        d.reason.as_str()
+    );
+    if d.mode == Mode::Primary {
+        return line("authority", Outcome::Pass, detail);
+    }
+    let health = standby::probe(&cfg.healthz_url, cfg.probe_timeout).await;
+    let outcome = if health == Health::Ok {
+        Outcome::Pass
+    } else {
+        Outcome::Warn
+    };
+    line(
+        "authority",
+        outcome,
+        format!(
+            "{detail}; kubelet healthz {}: {}",
+            cfg.healthz_url,
+            health.as_str()
+        ),
+    )
 }
 
 async fn api_check(cfg: kube::Config, node: &str) -> Line {

@@ -1,6 +1,7 @@
 //! Pod events: kubelet's `record.EventRecorder` use in the termination path
 //! (`events.KillingContainer`, `FailedPreStopHook`, `FailedKillPod`, `ExceededGracePeriod`),
-//! and node events ([`NodeEventReason`]: `ContainerRuntimeUnhealthy`).
+//! and node events ([`NodeEventReason`]: `ContainerRuntimeUnhealthy`, `ReapletTookOver`,
+//! `ReapletHandedBack`).
 //!
 //! Node events go on a channel of their own ([`EventSink::with_node_events`]); the API side
 //! ([`crate::api::events`]) posts them about this node's Node object, as the kubelet does.
@@ -48,12 +49,20 @@ pub enum NodeEventReason {
     /// Warning: the container runtime has answered no relist for a while (recorded once per
     /// stall).
     ContainerRuntimeUnhealthy,
+    /// Warning: reaplet in standby took over termination (the kubelet's Lease is stale and its
+    /// health endpoint fails; [`crate::standby`]).
+    ReapletTookOver,
+    /// The kubelet's Lease renews again; reaplet is back in standby (posted, like every node
+    /// event, as a warning).
+    ReapletHandedBack,
 }
 
 impl NodeEventReason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ContainerRuntimeUnhealthy => "ContainerRuntimeUnhealthy",
+            Self::ReapletTookOver => "ReapletTookOver",
+            Self::ReapletHandedBack => "ReapletHandedBack",
         }
     }
 }

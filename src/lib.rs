@@ -41,6 +41,7 @@ pub mod pod;
 pub mod records;
 pub mod sd_notify;
 pub mod server;
+pub mod standby;
 pub mod status;
 pub mod systemd;
 #[cfg(feature = "testbed")]

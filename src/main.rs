@@ -119,6 +119,16 @@ struct Flags {
     /// Subscribe to container exits: CRI GetContainerEvents, else containerd's events (default true).
     #[arg(long, env = "REAPLET_CONTAINER_EVENTS", num_args = 0..=1, default_missing_value = "true")]
     container_events: Option<String>,
+    /// primary, standby (a kubelet is the primary) or auto: standby when a kubelet holds this
+    /// node's Lease at start (default auto).
+    #[arg(long, env = "REAPLET_AUTHORITY")]
+    authority: Option<String>,
+    /// The kubelet's health endpoint, watched in standby (default http://127.0.0.1:10248/healthz).
+    #[arg(long, env = "REAPLET_KUBELET_HEALTHZ_URL")]
+    kubelet_healthz_url: Option<String>,
+    /// Standby takes over when the node Lease is unrenewed this long and healthz fails (default 40s).
+    #[arg(long, env = "REAPLET_TAKEOVER_AFTER")]
+    takeover_after: Option<String>,
 }
 
 impl Flags {
@@ -145,6 +155,9 @@ impl Flags {
             relist_period: self.relist_period.clone(),
             relist_period_with_events: self.relist_period_with_events.clone(),
             container_events: self.container_events.clone(),
+            authority: self.authority.clone(),
+            kubelet_healthz_url: self.kubelet_healthz_url.clone(),
+            takeover_after: self.takeover_after.clone(),
         }
     }
 
@@ -511,6 +524,10 @@ async fn agent_config(
         systemd_bus: std::path::Path::new("/run/systemd/system")
             .is_dir()
             .then(|| reaplet::systemd::SYSTEM_BUS.into()),
+        authority: s.authority,
+        kubelet_healthz_url: s.kubelet_healthz_url,
+        takeover_after: s.takeover_after,
+        standby_poll: Duration::from_secs(2),
     };
     Ok(cfg)
 }
@@ -605,6 +622,12 @@ async fn pods(args: PodsArgs) -> Result<()> {
             reasons,
             p["step"].as_str().unwrap_or("")
         );
+    }
+    let a = &v["authority"];
+    if let (Some(mode), Some(role), Some(why)) =
+        (a["mode"].as_str(), a["role"].as_str(), a["why"].as_str())
+    {
+        let _ = writeln!(out, "\nauthority: {mode}, {role}: {why}");
     }
     emit(&out).context("writing the output")
 }

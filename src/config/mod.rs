@@ -21,6 +21,7 @@ pub mod kubelet;
 mod values;
 
 use crate::cgroups::{CgroupDriver, CgroupNaming};
+use crate::standby::AuthoritySetting;
 pub use kubelet::{KubeletFile, PodPriorityGrace, ShutdownSettings};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -83,6 +84,10 @@ pub struct RawSettings {
     pub relist_period: Option<String>,
     pub relist_period_with_events: Option<String>,
     pub container_events: Option<String>,
+    pub authority: Option<String>,
+    #[serde(rename = "kubeletHealthzURL")]
+    pub kubelet_healthz_url: Option<String>,
+    pub takeover_after: Option<String>,
 }
 
 /// A config file: reaplet's own kind, or the kubelet's.
@@ -237,7 +242,10 @@ macro_rules! every_field {
             volume_unmount_timeout,
             relist_period,
             relist_period_with_events,
-            container_events
+            container_events,
+            authority,
+            kubelet_healthz_url,
+            takeover_after
         )
     };
 }
@@ -281,6 +289,9 @@ pub const FIELDS: &[&str] = &[
     "relistPeriod",
     "relistPeriodWithEvents",
     "containerEvents",
+    "authority",
+    "kubeletHealthzURL",
+    "takeoverAfter",
 ];
 
 /// Known field names, for errors about a key that is not a field.
@@ -337,6 +348,12 @@ pub struct Settings {
     pub container_events: bool,
     /// Graceful node shutdown (the kubelet's `shutdownGracePeriod*`, from its file only).
     pub shutdown: ShutdownSettings,
+    /// Primary, standby beside a kubelet, or auto ([`crate::standby`]).
+    pub authority: AuthoritySetting,
+    /// The kubelet's health endpoint (`http://` only).
+    pub kubelet_healthz_url: String,
+    /// How long the node Lease must go unrenewed, with the endpoint failing, for a takeover.
+    pub takeover_after: Duration,
 }
 
 /// The default metrics and status address (loopback only).
@@ -442,6 +459,31 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
             ));
         }
     };
+    let authority = match raw.authority.as_deref() {
+        None => AuthoritySetting::Auto,
+        Some(v) => AuthoritySetting::parse(v).ok_or_else(|| {
+            err(
+                "authority",
+                format!("{v:?}: must be primary, standby or auto"),
+            )
+        })?,
+    };
+    let kubelet_healthz_url = raw
+        .kubelet_healthz_url
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| crate::standby::DEFAULT_HEALTHZ_URL.into());
+    match kubelet_healthz_url.parse::<hyper::Uri>() {
+        Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => {}
+        _ => {
+            return Err(err(
+                "kubeletHealthzURL",
+                format!(
+                    "{kubelet_healthz_url:?}: must be an http:// URL like {}",
+                    crate::standby::DEFAULT_HEALTHZ_URL
+                ),
+            ));
+        }
+    }
     Ok(Settings {
         kubeconfig,
         kubelet_config,
@@ -470,6 +512,14 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
         relist_period_with_events,
         container_events: boolean("containerEvents", raw.container_events, true)?,
         shutdown: ShutdownSettings::default(),
+        authority,
+        kubelet_healthz_url,
+        takeover_after: duration(
+            "takeoverAfter",
+            raw.takeover_after,
+            crate::standby::DEFAULT_TAKEOVER_AFTER,
+            Duration::from_secs(1),
+        )?,
     })
 }
 

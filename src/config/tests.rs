@@ -42,6 +42,9 @@ pub const INVALID: &[(&str, &str)] = &[
     ("relistPeriod", "10ms"),
     ("relistPeriodWithEvents", "500ms"),
     ("containerEvents", "yes"),
+    ("authority", "secondary"),
+    ("kubeletHealthzURL", "https://127.0.0.1:10248/healthz"),
+    ("takeoverAfter", "500ms"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -69,6 +72,9 @@ fn set(field: &str, v: &str) -> RawSettings {
         "relistPeriod" => r.relist_period = v,
         "relistPeriodWithEvents" => r.relist_period_with_events = v,
         "containerEvents" => r.container_events = v,
+        "authority" => r.authority = v,
+        "kubeletHealthzURL" => r.kubelet_healthz_url = v,
+        "takeoverAfter" => r.takeover_after = v,
         _ => panic!("unknown field {field}"),
     }
     r
@@ -312,5 +318,39 @@ fn load_layers_flags_env_reaplet_file_kubelet_file_defaults() {
         };
         let e = load(flags_env, None).unwrap_err();
         assert_eq!(e.field, field, "{named}: {e}");
+    }
+}
+
+#[test]
+fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
+    use crate::standby::AuthoritySetting;
+    let s = resolve(raw()).unwrap();
+    assert_eq!(s.authority, AuthoritySetting::Auto);
+    assert_eq!(s.kubelet_healthz_url, "http://127.0.0.1:10248/healthz");
+    assert_eq!(s.takeover_after, Duration::from_secs(40));
+    let s = resolve(RawSettings {
+        authority: Some("standby".into()),
+        kubelet_healthz_url: Some("http://[::1]:9999/healthz".into()),
+        takeover_after: Some("3s".into()),
+        ..raw()
+    })
+    .unwrap();
+    assert_eq!(s.authority, AuthoritySetting::Standby);
+    assert_eq!(s.kubelet_healthz_url, "http://[::1]:9999/healthz");
+    assert_eq!(s.takeover_after, Duration::from_secs(3));
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.yaml");
+    std::fs::write(
+        &f,
+        "authority: primary\nkubeletHealthzURL: http://127.0.0.1:1/healthz\ntakeoverAfter: 1m\n",
+    )
+    .unwrap();
+    let s = resolve(RawSettings::from_file(&f).unwrap()).unwrap();
+    assert_eq!(s.authority, AuthoritySetting::Primary);
+    assert_eq!(s.kubelet_healthz_url, "http://127.0.0.1:1/healthz");
+    assert_eq!(s.takeover_after, Duration::from_secs(60));
+    for v in ["primary", "standby", "auto"] {
+        let s = resolve(set("authority", v)).unwrap();
+        assert_eq!(s.authority.as_str(), v);
     }
 }

@@ -104,6 +104,10 @@ pub(super) async fn worker_loop<R: Runtime>(
         finished: false,
     };
     let cancel = w.inner.cancel.clone();
+    // a kill held by the authority check retries at once when the agent becomes active
+    let mut authority = w.inner.authority.changes();
+    authority.mark_unchanged();
+    let mut authority_open = true;
     loop {
         let inputs = tokio::select! {
             biased;
@@ -118,6 +122,17 @@ pub(super) async fn worker_loop<R: Runtime>(
                 w.retry = None;
                 vec![Input::RetryDue]
             }
+            r = authority.changed(), if authority_open && w.retry.is_some() => match r {
+                Ok(()) if *authority.borrow_and_update() => {
+                    w.retry = None;
+                    vec![Input::RetryDue]
+                }
+                Ok(()) => Vec::new(),
+                Err(_) => {
+                    authority_open = false;
+                    Vec::new()
+                }
+            },
             _ = ring(&mut w.overdue) => w.report_overdue(),
         };
         for input in inputs {

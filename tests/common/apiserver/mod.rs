@@ -103,6 +103,15 @@ impl ApiServer {
         ApiServer { addr, state }
     }
 
+    /// A second handle on this server (the same store), for a task of the test's own (a
+    /// kubelet stand-in renewing its Lease, say).
+    pub fn handle(&self) -> ApiServer {
+        ApiServer {
+            addr: self.addr,
+            state: self.state.clone(),
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -203,6 +212,19 @@ impl ApiServer {
 
     pub fn add_lease(&self, lease: Value) -> Value {
         leases::create_trusted(&self.state, lease)
+    }
+
+    /// A kubelet's renewal of node `node`'s Lease (`kube-node-lease/<node>`, created when
+    /// missing): `renewTime` now, in microseconds as the kubelet writes it. An admin write
+    /// straight into the store (the test plays the kubelet; reaplet only reads the Lease).
+    pub fn renew_node_lease(&self, node: &str) -> Value {
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string();
+        self.add_lease(json!({
+            "metadata": { "name": node, "namespace": "kube-node-lease" },
+            "spec": { "holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now },
+        }))
     }
 
     pub fn get_lease(&self, ns: &str, name: &str) -> Option<Value> {

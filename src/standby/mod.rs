@@ -1,0 +1,514 @@
+//! Standby beside the kubelet: whether reaplet acts (kills) or only watches, and the task that
+//! switches [`Authority`] between the two.
+//!
+//! Counterparts: the node lifecycle controller's Lease-based node health (a node whose Lease
+//! `kube-node-lease/<node>` is not renewed for `nodeMonitorGracePeriod`, 40 s, is marked
+//! `NotReady`/`Unknown`; the kubelet renews every 10 s) and the kubelet's own health endpoint
+//! (`--healthz-port` 10248, `GET /healthz` on `127.0.0.1`). reaplet uses both: the Lease says
+//! what the control plane sees, the endpoint says whether the process on this node answers.
+//!
+//! # Modes
+//!
+//! * [`AuthoritySetting::Primary`]: reaplet is the node's only termination agent (always
+//!   active); also what running without an API (static manifests only) means.
+//! * [`AuthoritySetting::Standby`]: a kubelet is the primary; reaplet watches, lists and tracks
+//!   everything and kills nothing until it takes over.
+//! * [`AuthoritySetting::Auto`] (the default): standby when a kubelet holds this node's Lease at
+//!   start (it exists and its `renewTime` is within the threshold), primary otherwise; when the
+//!   Lease cannot be read at start, standby (the safe side: standby still takes over when
+//!   both signals say the kubelet is gone).
+//!
+//! The decision is the pure [`decide`] (and [`start_mode`] once at start); [`run`] feeds it.
+//!
+//! # The rule in standby
+//!
+//! Take over ([`Role::Active`]) only when **both** signals say the kubelet is gone: the Lease
+//! has not been renewed for longer than the threshold (default 40 s) **and** the health endpoint
+//! fails (an error status, a timeout, or nothing listening: the process is gone). One signal
+//! alone is a warning ([`Reason::LeaseStale`], [`Reason::HealthzFailing`]), never a takeover.
+//! Hand back ([`Role::Passive`]) as soon as the Lease is seen renewed again, whatever the
+//! endpoint says (a kubelet that renews is acting, even while its endpoint is not up yet).
+//!
+//! # Lease age is measured on reaplet's monotonic clock
+//!
+//! The Lease's `renewTime` is the kubelet's wall clock. reaplet does not subtract it from its
+//! own wall clock (a step of the clock, NTP or a VM resume, would fake a dead or a live
+//! kubelet); it remembers the [`Instant`] at which it *saw* `renewTime` change, and the age is
+//! `now - that instant`. The cost: the age is up to one poll period late (a takeover comes up
+//! to one poll later, never sooner). At start the first observation counts as a renewal
+//! (takeover at the earliest one threshold after start: the safe direction); only
+//! [`start_mode`] compares `renewTime` with the wall clock, once, to tell whether a kubelet
+//! holds the Lease at all. A Lease that cannot be read (API down) is not renewed as far as
+//! reaplet knows: its age grows. One look takes the Lease GET (bounded by
+//! [`crate::api::REQUEST_TIMEOUT`]) and the probe together: an API that hangs delays the next
+//! decision by up to that bound.
+//!
+//! # Race analysis: never both agents acting on one pod
+//!
+//! reaplet stops a container only through a kill that [`Authority::check`] allowed at the moment
+//! the kill started (every kill attempt and every retry consults it; the leftover sweeps check
+//! [`Authority::is_active`] too). So:
+//!
+//! * while the kubelet is alive by either signal, reaplet starts no kill: both agents never
+//!   start on the same pod while the kubelet is up;
+//! * a takeover needs the Lease unrenewed for the threshold (40 s, four missed renewals) and the
+//!   local endpoint failing at the same evaluation. A kubelet that is wedged yet answers
+//!   `/healthz`, or dead for the API yet alive locally, keeps reaplet passive. What is *not*
+//!   excluded: a kubelet that stops renewing and answering for 40 s and then resumes work
+//!   without renewing first (its pod workers run independently of its Lease loop). In that
+//!   window both may act on a pod; both then act the same way (the same grace, StopContainer is
+//!   idempotent, the status write is guarded by the pod's UID and the delete by its UID
+//!   precondition), so the outcome is one termination, reported once or twice;
+//! * hand-back: as soon as a renewal is seen (at most one poll period after it happened),
+//!   [`Authority::set_active`]`(false)`: no new kill and no retry starts. A kill already in
+//!   flight is not cut: it runs to its end (its CRI calls return, then its status write and
+//!   delete), the safe point; it is never abandoned between StopContainer and the status write
+//!   of the same pod. For that pod, the kubelet may overlap with the rest of this one kill
+//!   (the same idempotent steps as above). Pods not yet in a kill are left to the kubelet.
+//!
+//! Left out here: tearing down the volumes the kubelet mounted (the pipeline still only waits
+//! for them), and waking held workers at a takeover (a kill refused in standby retries on its
+//! own backoff, up to 30 s later).
+
+use crate::authority::Authority;
+use crate::events::{EventSink, NodeEventReason};
+use k8s_openapi::api::coordination::v1::Lease;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The namespace of node Leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// The kubelet's health endpoint (`--healthz-port` 10248).
+pub const DEFAULT_HEALTHZ_URL: &str = "http://127.0.0.1:10248/healthz";
+/// The node lifecycle controller's `nodeMonitorGracePeriod`.
+pub const DEFAULT_TAKEOVER_AFTER: Duration = Duration::from_secs(40);
+
+/// `--authority`: the configured mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthoritySetting {
+    Primary,
+    Standby,
+    Auto,
+}
+
+impl AuthoritySetting {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "primary" => Some(Self::Primary),
+            "standby" => Some(Self::Standby),
+            "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Standby => "standby",
+            Self::Auto => "auto",
+        }
+    }
+}
+
+/// The mode reaplet runs in after start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Primary,
+    Standby,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Standby => "standby",
+        }
+    }
+}
+
+/// This node's Lease as seen once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAtStart {
+    /// It exists and was renewed within the threshold: a kubelet holds it.
+    Fresh,
+    /// It exists, last renewed longer ago than the threshold (or never).
+    Stale,
+    Missing,
+    /// The API did not answer.
+    Unknown,
+}
+
+/// The kubelet's health endpoint, last probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Ok,
+    /// An error status or a timeout.
+    Failed,
+    /// Nothing listens: the process is gone.
+    Gone,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed => "failed",
+            Self::Gone => "not listening",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Kills (the [`Authority`] allows them).
+    Active,
+    /// Watches and tracks, kills nothing.
+    Passive,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Passive => "passive",
+        }
+    }
+}
+
+/// Why reaplet is in its role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `--authority=primary`.
+    ConfiguredPrimary,
+    /// No API client: static manifests only, nobody else to defer to.
+    NoApi,
+    /// Auto: no Lease for this node at start.
+    NoLeaseAtStart,
+    /// Auto: the Lease was stale at start.
+    StaleLeaseAtStart,
+    /// `--authority=standby`, not yet evaluated.
+    ConfiguredStandby,
+    /// Auto: a kubelet held the Lease at start (standby, not yet evaluated).
+    LeaseHeldAtStart,
+    /// Auto: the Lease could not be read at start (standby, not yet evaluated).
+    LeaseUnknownAtStart,
+    /// Standby: the Lease is renewed and the endpoint answers.
+    KubeletAlive,
+    /// Standby, a warning: the Lease is stale but the endpoint answers.
+    LeaseStale,
+    /// Standby, a warning: the endpoint fails but the Lease is renewed.
+    HealthzFailing,
+    /// Standby, taken over: the Lease is stale and the endpoint fails.
+    KubeletGone,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfiguredPrimary => "configured primary",
+            Self::NoApi => "no API: static manifests only",
+            Self::NoLeaseAtStart => "no kubelet held the node Lease at start",
+            Self::StaleLeaseAtStart => "the node Lease was stale at start",
+            Self::ConfiguredStandby => "configured standby",
+            Self::LeaseHeldAtStart => "a kubelet held the node Lease at start",
+            Self::LeaseUnknownAtStart => "the node Lease could not be read at start",
+            Self::KubeletAlive => "standby: the kubelet renews its Lease and answers healthz",
+            Self::LeaseStale => {
+                "standby: the node Lease is stale but the kubelet answers healthz (warning)"
+            }
+            Self::HealthzFailing => {
+                "standby: the kubelet's healthz fails but its Lease is renewed (warning)"
+            }
+            Self::KubeletGone => {
+                "took over: the node Lease is stale and the kubelet's healthz fails"
+            }
+        }
+    }
+
+    /// A warning worth a `warn` line (one signal alone).
+    pub fn is_warning(self) -> bool {
+        matches!(self, Self::LeaseStale | Self::HealthzFailing)
+    }
+}
+
+/// A decision: the role and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub mode: Mode,
+    pub role: Role,
+    pub reason: Reason,
+}
+
+/// The mode at start (pure): Auto is standby when a kubelet holds the Lease (or the Lease
+/// cannot be read), primary otherwise.
+pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart) -> Decision {
+    let primary = |reason| Decision {
+        mode: Mode::Primary,
+        role: Role::Active,
+        reason,
+    };
+    let standby = |reason| Decision {
+        mode: Mode::Standby,
+        role: Role::Passive,
+        reason,
+    };
+    if !has_api {
+        return primary(Reason::NoApi);
+    }
+    match (setting, lease) {
+        (AuthoritySetting::Primary, _) => primary(Reason::ConfiguredPrimary),
+        (AuthoritySetting::Standby, _) => standby(Reason::ConfiguredStandby),
+        (AuthoritySetting::Auto, LeaseAtStart::Fresh) => standby(Reason::LeaseHeldAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Unknown) => standby(Reason::LeaseUnknownAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Missing) => primary(Reason::NoLeaseAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Stale) => primary(Reason::StaleLeaseAtStart),
+    }
+}
+
+/// The role in standby (pure): `renewed` is when reaplet saw the Lease's `renewTime` change
+/// (monotonic, see the module doc), `threshold` the takeover delay. Primary is always active.
+pub fn decide(
+    mode: Mode,
+    threshold: Duration,
+    now: Instant,
+    renewed: Instant,
+    health: Health,
+) -> Decision {
+    if mode == Mode::Primary {
+        return Decision {
+            mode,
+            role: Role::Active,
+            reason: Reason::ConfiguredPrimary,
+        };
+    }
+    let stale = now.saturating_duration_since(renewed) > threshold;
+    let failing = health != Health::Ok;
+    let (role, reason) = match (stale, failing) {
+        (true, true) => (Role::Active, Reason::KubeletGone),
+        (true, false) => (Role::Passive, Reason::LeaseStale),
+        (false, true) => (Role::Passive, Reason::HealthzFailing),
+        (false, false) => (Role::Passive, Reason::KubeletAlive),
+    };
+    Decision { mode, role, reason }
+}
+
+/// What [`run`] needs.
+#[derive(Debug, Clone)]
+pub struct StandbyConfig {
+    pub setting: AuthoritySetting,
+    pub node_name: String,
+    pub healthz_url: String,
+    pub takeover_after: Duration,
+    /// How often the Lease and the endpoint are looked at.
+    pub poll: Duration,
+    /// How long one healthz probe may take.
+    pub probe_timeout: Duration,
+}
+
+impl StandbyConfig {
+    pub fn new(node_name: &str) -> Self {
+        Self {
+            setting: AuthoritySetting::Auto,
+            node_name: node_name.into(),
+            healthz_url: DEFAULT_HEALTHZ_URL.into(),
+            takeover_after: DEFAULT_TAKEOVER_AFTER,
+            poll: Duration::from_secs(2),
+            probe_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The Lease's `renewTime` (RFC 3339 with microseconds) as a string, to compare for change.
+fn renew_time(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0.to_string())
+}
+
+/// Whether a Lease counts as held at start: renewed within `threshold` of this wall clock.
+fn lease_at_start(lease: Option<&Lease>, threshold: Duration) -> LeaseAtStart {
+    let Some(lease) = lease else {
+        return LeaseAtStart::Missing;
+    };
+    let Some(t) = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()) else {
+        return LeaseAtStart::Stale;
+    };
+    let age = jiff::Timestamp::now().duration_since(t.0);
+    match Duration::try_from(age) {
+        // a renewTime ahead of this clock is a live kubelet with a skewed clock
+        Err(_) => LeaseAtStart::Fresh,
+        Ok(a) if a <= threshold => LeaseAtStart::Fresh,
+        Ok(_) => LeaseAtStart::Stale,
+    }
+}
+
+/// Probes the kubelet's health endpoint once: `2xx` is [`Health::Ok`], connection refused
+/// [`Health::Gone`], anything else (other statuses, a timeout, a bad URL) [`Health::Failed`].
+pub async fn probe(url: &str, timeout: Duration) -> Health {
+    match tokio::time::timeout(timeout, probe_once(url)).await {
+        Ok(h) => h,
+        Err(_) => Health::Failed,
+    }
+}
+
+async fn probe_once(url: &str) -> Health {
+    use http_body_util::Empty;
+    let Ok(uri) = url.parse::<hyper::Uri>() else {
+        return Health::Failed;
+    };
+    let (Some(host), Some("http")) = (uri.host(), uri.scheme_str()) else {
+        return Health::Failed;
+    };
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = match tokio::net::TcpStream::connect((host, port)).await {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Health::Gone,
+        Err(_) => return Health::Failed,
+    };
+    let Ok((mut sender, conn)) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await
+    else {
+        return Health::Failed;
+    };
+    let conn = tokio::spawn(conn);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
+        .body(Empty::<hyper::body::Bytes>::new());
+    let health = match req {
+        Ok(req) => match sender.send_request(req).await {
+            Ok(resp) if resp.status().is_success() => Health::Ok,
+            _ => Health::Failed,
+        },
+        Err(_) => Health::Failed,
+    };
+    conn.abort();
+    health
+}
+
+/// How long the start decision waits for the Lease (the agent's start waits for it).
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Decides the mode at start (one Lease GET) and returns the first decision; sets `authority`.
+pub async fn start(
+    cfg: &StandbyConfig,
+    client: Option<&kube::Client>,
+    authority: &Authority,
+) -> Decision {
+    let lease = match client {
+        Some(c) if cfg.setting == AuthoritySetting::Auto => {
+            let leases: kube::Api<Lease> = kube::Api::namespaced(c.clone(), LEASE_NAMESPACE);
+            let get = crate::api::bounded(leases.get_opt(&cfg.node_name));
+            match tokio::time::timeout(START_TIMEOUT, get).await {
+                Ok(Ok(l)) => lease_at_start(l.as_ref(), cfg.takeover_after),
+                Ok(Err(e)) => {
+                    tracing::warn!(err = %e, "node Lease unreadable at start; standby");
+                    LeaseAtStart::Unknown
+                }
+                Err(_) => {
+                    tracing::warn!(timeout = ?START_TIMEOUT, "node Lease unanswered at start; standby");
+                    LeaseAtStart::Unknown
+                }
+            }
+        }
+        _ => LeaseAtStart::Unknown,
+    };
+    let d = start_mode(cfg.setting, client.is_some(), lease);
+    authority.set_active(d.role == Role::Active);
+    tracing::info!(
+        setting = cfg.setting.as_str(),
+        mode = d.mode.as_str(),
+        role = d.role.as_str(),
+        why = d.reason.as_str(),
+        "authority"
+    );
+    d
+}
+
+/// In standby: polls the Lease and the endpoint every `cfg.poll`, feeds [`decide`], flips
+/// `authority` on every change of role (one line and one Node event each) and publishes every
+/// decision on `state`. Returns at once in primary mode.
+pub async fn run(
+    cfg: StandbyConfig,
+    client: kube::Client,
+    first: Decision,
+    authority: Arc<Authority>,
+    events: EventSink,
+    state: watch::Sender<Decision>,
+    cancel: CancellationToken,
+) {
+    if first.mode == Mode::Primary {
+        return;
+    }
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client, LEASE_NAMESPACE);
+    let mut seen: Option<String> = None;
+    let mut renewed = Instant::now();
+    let mut last = first;
+    loop {
+        let (lease, health) = tokio::join!(
+            crate::api::bounded(leases.get_opt(&cfg.node_name)),
+            probe(&cfg.healthz_url, cfg.probe_timeout)
+        );
+        match lease {
+            Ok(l) => {
+                let t = l.as_ref().and_then(renew_time);
+                if t.is_some() && t != seen {
+                    if seen.is_some() {
+                        renewed = Instant::now();
+                    }
+                    seen = t;
+                }
+            }
+            Err(e) => tracing::debug!(err = %e, "node Lease unreadable"),
+        }
+        let d = decide(
+            Mode::Standby,
+            cfg.takeover_after,
+            Instant::now(),
+            renewed,
+            health,
+        );
+        if d != last {
+            let age = renewed.elapsed();
+            authority.set_active(d.role == Role::Active);
+            let msg = format!(
+                "{} (no Lease renewal seen for {:.0?}, healthz {})",
+                d.reason.as_str(),
+                age,
+                health.as_str()
+            );
+            // a change of role: the Node event's own log line is the one line
+            match (last.role, d.role) {
+                (Role::Passive, Role::Active) => {
+                    events.record_node(NodeEventReason::ReapletTookOver, &msg)
+                }
+                (Role::Active, Role::Passive) => {
+                    events.record_node(NodeEventReason::ReapletHandedBack, &msg)
+                }
+                _ if d.reason.is_warning() => {
+                    tracing::warn!(
+                        why = d.reason.as_str(),
+                        ?age,
+                        health = health.as_str(),
+                        "standby"
+                    );
+                }
+                _ => tracing::info!(why = d.reason.as_str(), "standby"),
+            }
+            last = d;
+            state.send_replace(d);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(cfg.poll) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

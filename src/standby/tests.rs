@@ -1,0 +1,134 @@
+//! Unit tests of the standby decisions (pure functions, explicit instants).
+use super::*;
+
+const T: Duration = Duration::from_secs(40);
+
+#[test]
+fn auto_is_standby_when_a_kubelet_holds_the_lease_and_primary_otherwise() {
+    use AuthoritySetting::*;
+    let s = |setting, api, lease| start_mode(setting, api, lease);
+    assert_eq!(s(Auto, true, LeaseAtStart::Fresh).mode, Mode::Standby);
+    assert_eq!(s(Auto, true, LeaseAtStart::Fresh).role, Role::Passive);
+    assert_eq!(
+        s(Auto, true, LeaseAtStart::Fresh).reason,
+        Reason::LeaseHeldAtStart
+    );
+    assert_eq!(s(Auto, true, LeaseAtStart::Unknown).mode, Mode::Standby);
+    assert_eq!(
+        s(Auto, true, LeaseAtStart::Unknown).reason,
+        Reason::LeaseUnknownAtStart
+    );
+    assert_eq!(
+        s(Auto, true, LeaseAtStart::Missing).reason,
+        Reason::NoLeaseAtStart
+    );
+    assert_eq!(
+        s(Auto, true, LeaseAtStart::Stale).reason,
+        Reason::StaleLeaseAtStart
+    );
+    assert_eq!(s(Auto, true, LeaseAtStart::Stale).role, Role::Active);
+    assert_eq!(
+        s(Primary, true, LeaseAtStart::Fresh).reason,
+        Reason::ConfiguredPrimary
+    );
+    assert_eq!(s(Standby, true, LeaseAtStart::Missing).mode, Mode::Standby);
+    for setting in [Primary, Standby, Auto] {
+        let d = s(setting, false, LeaseAtStart::Fresh);
+        assert_eq!((d.role, d.reason), (Role::Active, Reason::NoApi));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn standby_takes_over_only_when_both_signals_say_gone() {
+    let renewed = Instant::now();
+    tokio::time::advance(T).await;
+    let at_threshold = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    assert_eq!(at_threshold.role, Role::Passive, "not longer than 40 s yet");
+    assert_eq!(at_threshold.reason, Reason::HealthzFailing);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let now = Instant::now();
+    for h in [Health::Failed, Health::Gone] {
+        let d = decide(Mode::Standby, T, now, renewed, h);
+        assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
+    }
+    // one signal alone: a warning, never a takeover
+    let d = decide(Mode::Standby, T, now, renewed, Health::Ok);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::LeaseStale));
+    assert!(d.reason.is_warning());
+    let d = decide(Mode::Standby, T, now, now, Health::Failed);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
+    assert!(d.reason.is_warning());
+    let d = decide(Mode::Standby, T, now, now, Health::Ok);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+    assert!(!d.reason.is_warning());
+}
+
+#[tokio::test(start_paused = true)]
+async fn standby_hands_back_as_soon_as_the_lease_renews_whatever_healthz_says() {
+    let renewed = Instant::now();
+    tokio::time::advance(Duration::from_secs(300)).await;
+    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    assert_eq!(d.role, Role::Active);
+    // the renewal is seen: passive at once, even while healthz still fails
+    let renewed = Instant::now();
+    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Ok);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+}
+
+#[tokio::test(start_paused = true)]
+async fn primary_is_always_active() {
+    let renewed = Instant::now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    for h in [Health::Ok, Health::Failed, Health::Gone] {
+        let d = decide(Mode::Primary, T, Instant::now(), renewed, h);
+        assert_eq!(
+            (d.role, d.reason),
+            (Role::Active, Reason::ConfiguredPrimary)
+        );
+    }
+}
+
+#[test]
+fn lease_at_start_compares_renew_time_with_the_threshold() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let lease = |ago: i64| Lease {
+        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+            renew_time: Some(MicroTime(
+                jiff::Timestamp::now() - jiff::SignedDuration::from_secs(ago),
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(lease_at_start(None, T), LeaseAtStart::Missing);
+    assert_eq!(lease_at_start(Some(&lease(5)), T), LeaseAtStart::Fresh);
+    assert_eq!(lease_at_start(Some(&lease(-30)), T), LeaseAtStart::Fresh);
+    assert_eq!(lease_at_start(Some(&lease(60)), T), LeaseAtStart::Stale);
+    assert_eq!(
+        lease_at_start(Some(&Lease::default()), T),
+        LeaseAtStart::Stale
+    );
+}
+
+#[tokio::test]
+async fn probe_reads_refused_as_gone_and_errors_as_failed() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    assert_eq!(probe(&url, Duration::from_secs(1)).await, Health::Gone);
+    assert_eq!(
+        probe("https://127.0.0.1:1/", Duration::from_secs(1)).await,
+        Health::Failed
+    );
+    // a listener that never answers: the timeout
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/healthz", l.local_addr().unwrap());
+    assert_eq!(
+        probe(&url, Duration::from_millis(200)).await,
+        Health::Failed
+    );
+}

@@ -1,0 +1,213 @@
+//! Standby beside the kubelet (`src/standby.rs`) against the in-process API server and a real
+//! containerd (privileged: needs root): a kubelet stand-in renews the node Lease and answers
+//! `/healthz`; reaplet, started in auto mode, stays passive while it lives, takes over when
+//! both signals say it is gone, and hands back when the Lease renews again.
+
+mod common;
+
+use common::api_harness::{ApiHarness, NODE};
+use common::apiserver::ApiServer;
+use common::*;
+use reaplet::standby::AuthoritySetting;
+use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use std::time::{Duration, Instant};
+
+/// The takeover threshold (the default is 40 s).
+const TAKEOVER_AFTER: Duration = Duration::from_secs(3);
+/// How often reaplet looks at the Lease and the endpoint.
+const POLL: Duration = Duration::from_millis(500);
+/// How often the stand-in renews (a kubelet: 10 s; scaled down with the threshold).
+const RENEW: Duration = Duration::from_millis(500);
+/// How long a negative check watches.
+const WINDOW: Duration = Duration::from_secs(5);
+
+/// A kubelet as reaplet sees one: the Lease renewed every [`RENEW`] and `/healthz` answering
+/// `200 ok` on a fixed loopback port. Stopping it ends both (nothing listens: refused).
+struct StandIn {
+    api: ApiServer,
+    port: u16,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl StandIn {
+    fn new(api: ApiServer) -> Self {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        drop(l);
+        StandIn {
+            api,
+            port,
+            tasks: Vec::new(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/healthz", self.port)
+    }
+
+    async fn start(&mut self) {
+        self.api.renew_node_lease(NODE);
+        let api = self.api.handle();
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW).await;
+                api.renew_node_lease(NODE);
+            }
+        }));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        self.tasks.push(tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        }));
+    }
+
+    async fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
+/// Node events with `reason`, as reaplet posted them.
+fn node_events(api: &ApiServer, reason: &str) -> usize {
+    api.events()
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
+        .count()
+}
+
+/// Waits until a Node event `reason` is posted (after `seen` of them); returns the time taken.
+async fn wait_node_event(api: &ApiServer, reason: &str, seen: usize, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while node_events(api, reason) <= seen {
+        assert!(
+            start.elapsed() < limit,
+            "no Node event {reason} within {limit:?}: {:#?}",
+            api.events()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_hands_back() {
+    let mut h = ApiHarness::new("standby").await;
+    let api = h.api.handle();
+    let mut kubelet = StandIn::new(api.handle());
+    kubelet.start().await;
+
+    let first = PodTemplate::new("first", 3).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let second = PodTemplate::new("second", 3).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p1 = launch_in_api(&api, &h.tb, &first).await;
+    let p2 = launch_in_api(&api, &h.tb, &second).await;
+
+    // reaplet in auto mode finds the Lease held: standby
+    let kc = api.write_kubeconfig(h.root.path(), NODE);
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = AuthoritySetting::Auto;
+    cfg.kubelet_healthz_url = kubelet.url();
+    cfg.takeover_after = TAKEOVER_AFTER;
+    cfg.standby_poll = POLL;
+    let cancel = h.cancel.clone();
+    h.agent = Some(tokio::spawn(async move {
+        reaplet::agent::run(cfg, cancel).await.unwrap();
+    }));
+    wait_watches(&api, 0).await;
+    let client = h.tb.client();
+
+    // 1. passive: a pod deleted while the kubelet lives keeps running for the whole window
+    api.delete_pod("default", "first", None);
+    assert_runs_for(
+        &client,
+        p1.container_id("app"),
+        WINDOW,
+        "killed in standby",
+        String::new,
+    )
+    .await;
+    assert!(api.get_pod("default", "first").is_some());
+    assert_eq!(node_events(&api, "ReapletTookOver"), 0);
+
+    // 2. the kubelet dies (no renewals, nothing on healthz): takeover after the threshold,
+    //    and the pod is finished
+    kubelet.stop().await;
+    let stopped = Instant::now();
+    // earliest: the last renewal (up to RENEW before the stop) plus the threshold; latest:
+    // seen up to one poll late, decided at the next poll after the threshold, one probe
+    wait_node_event(
+        &api,
+        "ReapletTookOver",
+        0,
+        TAKEOVER_AFTER + 2 * POLL + Duration::from_secs(1) + Duration::from_secs(3),
+    )
+    .await;
+    let takeover = stopped.elapsed();
+    assert!(
+        takeover + RENEW >= TAKEOVER_AFTER,
+        "took over after {takeover:?}, before the {TAKEOVER_AFTER:?} threshold"
+    );
+    // the kill held in standby retries at once when reaplet becomes active (before: on its
+    // backoff, up to RETRY_MAX + 20 %, measured 7.8-8.5 s after the takeover), then the pod's
+    // grace (it exits at once on TERM), status and delete: 10 s of slack on a loaded machine
+    let gone = wait_pods_gone(&api, &["first"], Duration::from_secs(10), || {
+        format!("writes: {:#?}", api.writes())
+    })
+    .await;
+    let finished = stopped.elapsed();
+    println!(
+        "takeover delay (stand-in stopped → ReapletTookOver, threshold {TAKEOVER_AFTER:?}, poll {POLL:?}): {:.2} s; pod finished {:.2} s after the stop ({:.2} s after the takeover)",
+        takeover.as_secs_f64(),
+        finished.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+    assert!(api.get_pod("default", "second").is_some());
+
+    // 3. the kubelet is back: passive again at the first renewal seen
+    let back = Instant::now();
+    kubelet.start().await;
+    // the first renewal after the stand-in's start is seen at the next poll (plus one probe)
+    wait_node_event(
+        &api,
+        "ReapletHandedBack",
+        0,
+        2 * POLL + Duration::from_secs(1) + Duration::from_secs(3),
+    )
+    .await;
+    let handback = back.elapsed();
+    println!(
+        "hand-back delay (stand-in renewing again → ReapletHandedBack, poll {POLL:?}): {:.2} s",
+        handback.as_secs_f64()
+    );
+    api.delete_pod("default", "second", None);
+    assert_runs_for(
+        &client,
+        p2.container_id("app"),
+        WINDOW,
+        "killed after the hand-back",
+        String::new,
+    )
+    .await;
+    assert!(api.get_pod("default", "second").is_some());
+    assert_eq!(node_events(&api, "ReapletTookOver"), 1, "one takeover only");
+
+    kubelet.stop().await;
+    h.cancel.cancel();
+    if let Some(a) = h.agent.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
+    }
+}
