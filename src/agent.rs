@@ -48,6 +48,9 @@ pub struct AgentConfig {
     pub pipeline: PipelineConfig,
     /// How long a stop waits for tasks to wind down.
     pub shutdown_timeout: Duration,
+    /// How long every pod list and watch may be refused with 401 before the agent stops with
+    /// [`AgentError::CredentialsRejected`] (a restart reads rotated credentials again).
+    pub credentials_grace: Duration,
     /// The status endpoint (`/metrics`, `/healthz`, `/readyz`, `/pods`); `None`: none.
     pub metrics_bind_address: Option<SocketAddr>,
     /// `$NOTIFY_SOCKET` and the watchdog interval (`$WATCHDOG_USEC`) under systemd.
@@ -92,6 +95,7 @@ impl AgentConfig {
                 ..PipelineConfig::default()
             },
             shutdown_timeout: Duration::from_secs(5),
+            credentials_grace: Duration::from_secs(300),
             metrics_bind_address: None,
             notify_socket: None,
             watchdog: None,
@@ -119,6 +123,10 @@ pub enum AgentError {
     Api(#[source] kube::Error),
     #[error("no pod source: give a kubeconfig (or run in a cluster) or --pod-manifest-path")]
     NoSource,
+    #[error(
+        "the API server has refused reaplet's credentials for {0:?}: stopped so that a restart reads them again (a rotated client certificate)"
+    )]
+    CredentialsRejected(Duration),
     #[error("status endpoint {address}: {source}")]
     Listen {
         address: SocketAddr,
@@ -227,10 +235,13 @@ impl<R: Runtime> AgentState for Live<R> {
 }
 
 /// Runs the agent until `cancel` fires.
-pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), AgentError> {
+pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentError> {
     if cfg.kube.is_none() && cfg.pod_manifest_path.is_none() {
         return Err(AgentError::NoSource);
     }
+    // the agent's own token: the caller's stop, or the agent giving up (credentials refused)
+    let cancel = stop.child_token();
+    let mut source_end: Option<tokio::task::JoinHandle<api::source::SourceEnd>> = None;
     let listener = match cfg.metrics_bind_address {
         Some(address) => Some(
             tokio::net::TcpListener::bind(address)
@@ -363,13 +374,14 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
             RateLimiter::new(cfg.event_qps, cfg.event_burst),
             cancel.clone(),
         ));
-        tracker.spawn(api::source::run(
+        source_end = Some(tracker.spawn(api::source::run(
             client,
             cfg.node_name.clone(),
             workers.clone(),
             Some(status),
+            cfg.credentials_grace,
             cancel.clone(),
-        ));
+        )));
     } else {
         // no API: events are logged only (EventSink logs each one); drain the channels
         let (mut rx, mut node_rx) = (events_rx, node_events_rx);
@@ -437,7 +449,17 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     }
     tracing::info!(node = %cfg.node_name, sources = ?sources, "reaplet running");
 
-    cancel.cancelled().await;
+    let mut outcome = Ok(());
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        Ok(api::source::SourceEnd::CredentialsRejected(d)) = async {
+            match source_end.as_mut() {
+                Some(h) => h.await,
+                None => std::future::pending().await,
+            }
+        } => outcome = Err(AgentError::CredentialsRejected(d)),
+    }
+    cancel.cancel();
     tracing::info!("stopping: pods are left running; the next start resumes");
     Notifier::new(cfg.notify_socket.clone()).notify("STOPPING=1");
     tracker.close();
@@ -447,7 +469,7 @@ pub async fn run(cfg: AgentConfig, cancel: CancellationToken) -> Result<(), Agen
     {
         tracing::warn!(timeout = ?cfg.shutdown_timeout, "tasks did not stop in time; abandoning them");
     }
-    Ok(())
+    outcome
 }
 
 /// READY once the runtime answered and every source listed; STATUS with pods by state (and

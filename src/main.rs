@@ -22,6 +22,9 @@ use tokio_util::sync::CancellationToken;
 /// Exit code for an invalid configuration (BSD `EX_USAGE`); the unit's
 /// `RestartPreventExitStatus=64` keeps systemd from restarting a broken configuration.
 const EXIT_CONFIG: i32 = 64;
+/// Exit code when the API server no longer accepts reaplet's credentials (BSD `EX_TEMPFAIL`):
+/// systemd restarts it, and the restart reads the (rotated) credentials again.
+const EXIT_CREDENTIALS: i32 = 75;
 
 #[derive(Parser)]
 #[command(
@@ -316,7 +319,11 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             say(format!("{e:#}"));
-            std::process::exit(1);
+            let rejected = matches!(
+                e.downcast_ref::<reaplet::agent::AgentError>(),
+                Some(reaplet::agent::AgentError::CredentialsRejected(_))
+            );
+            std::process::exit(if rejected { EXIT_CREDENTIALS } else { 1 });
         }
     }
 }
@@ -517,6 +524,7 @@ async fn agent_config(
             ..PipelineConfig::default()
         },
         shutdown_timeout: Duration::from_secs(5),
+        credentials_grace: Duration::from_secs(300),
         metrics_bind_address: Some(s.metrics_bind_address),
         notify_socket: std::env::var("NOTIFY_SOCKET").ok(),
         watchdog,

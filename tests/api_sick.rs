@@ -230,3 +230,34 @@ async fn requests_hung_for_one_pod_hold_back_no_other_and_time_out() {
     }
     h.stop().await;
 }
+
+/// Credentials the server no longer accepts (a kubelet client certificate rotated on disk, the
+/// one reaplet loaded at start expired): every list and watch answered 401. reaplet gives up
+/// after the grace (here 3 s; 5 min by default) with `CredentialsRejected` (the binary exits
+/// 75 and systemd restarts it, reading the credentials again) instead of retrying for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_refused_past_the_grace_stop_the_agent_for_a_restart() {
+    use common::apiserver::authorization::User;
+    let h = ApiHarness::new("sick-401").await;
+    h.api
+        .inject(FaultRule::answer(401).matching(Match::any().user(&User::Node(NODE.into()))));
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    let grace = Duration::from_secs(3);
+    cfg.credentials_grace = grace;
+    let t0 = Instant::now();
+    // the grace, then at most one watch backoff step until the next refused attempt
+    let limit = grace + reaplet::api::source::WatchBackoff::MAX + SLACK;
+    let r = tokio::time::timeout(limit, reaplet::agent::run(cfg, h.cancel.clone()))
+        .await
+        .unwrap_or_else(|_| panic!("the agent kept retrying refused credentials for {limit:?}"));
+    println!(
+        "credentials refused: the agent stopped after {:.1?}",
+        t0.elapsed()
+    );
+    assert!(
+        matches!(r, Err(reaplet::agent::AgentError::CredentialsRejected(d)) if d >= grace),
+        "{r:?}"
+    );
+    assert!(t0.elapsed() >= grace);
+}

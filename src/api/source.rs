@@ -141,14 +141,39 @@ async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
     }
 }
 
-/// Watches this node's pods until cancelled, feeding `workers` and `status`.
+/// How the source ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceEnd {
+    Cancelled,
+    /// Every list and watch was refused with 401 for this long: the credentials reaplet loaded
+    /// at start are no longer accepted (kube-rs reads a kubeconfig's client certificate once;
+    /// the kubelet's own, the default, is rotated on disk). A restart reads them again.
+    CredentialsRejected(Duration),
+}
+
+/// The HTTP status of a failed list or watch, if the server answered.
+fn watch_code(e: &watcher::Error) -> Option<u16> {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => super::status_code(e),
+        watcher::Error::WatchError(s) => Some(s.code),
+        watcher::Error::NoResourceVersion => None,
+    }
+}
+
+/// Watches this node's pods until cancelled, feeding `workers` and `status`; gives up when the
+/// server has refused reaplet's credentials (401) for `credentials_grace`.
 pub async fn run<R: Runtime>(
     client: kube::Client,
     node: String,
     workers: PodWorkers<R>,
     status: Option<StatusManager>,
+    credentials_grace: Duration,
     cancel: CancellationToken,
-) {
+) -> SourceEnd {
+    // since when every attempt has been answered 401
+    let mut rejected_since: Option<Instant> = None;
     let api: kube::Api<Pod> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut backoff = WatchBackoff::default();
@@ -163,18 +188,20 @@ pub async fn run<R: Runtime>(
         let mut list_deadline: Option<Instant> = None;
         loop {
             let ev = tokio::select! {
-                _ = cancel.cancelled() => return,
+                _ = cancel.cancelled() => return SourceEnd::Cancelled,
                 _ = sleep_until_some(list_deadline) => {
                     let delay = backoff.failed(Instant::now(), None, rand::random());
                     tracing::warn!(timeout = ?LIST_TIMEOUT, retryIn = ?delay, "pod list got no answer in time; backing off");
                     if !pause(delay, &cancel).await {
-                        return;
+                        return SourceEnd::Cancelled;
                     }
                     continue 'restart;
                 }
                 ev = stream.next() => ev,
             };
-            let Some(ev) = ev else { return };
+            let Some(ev) = ev else {
+                return SourceEnd::Cancelled;
+            };
             match ev {
                 Ok(watcher::Event::Init) => {
                     batch.clear();
@@ -183,6 +210,7 @@ pub async fn run<R: Runtime>(
                 Ok(watcher::Event::InitApply(p)) => batch.extend(accept(&p, &node)),
                 Ok(watcher::Event::InitDone) => {
                     list_deadline = None;
+                    rejected_since = None;
                     backoff.listed(Instant::now());
                     let now: HashSet<PodUid> = batch.iter().map(|(p, _)| p.uid.clone()).collect();
                     for uid in known.difference(&now) {
@@ -233,11 +261,21 @@ pub async fn run<R: Runtime>(
                 }
                 Err(e) => {
                     list_deadline = None;
+                    let now = Instant::now();
+                    if watch_code(&e) == Some(401) {
+                        let since = *rejected_since.get_or_insert(now);
+                        if now.duration_since(since) >= credentials_grace {
+                            tracing::error!(err = %e, refusedFor = ?now.duration_since(since), "the API server no longer accepts reaplet's credentials; stopping so that a restart reads them again");
+                            return SourceEnd::CredentialsRejected(now.duration_since(since));
+                        }
+                    } else {
+                        rejected_since = None;
+                    }
                     let delay =
                         backoff.failed(Instant::now(), watch_retry_after(&e), rand::random());
                     tracing::warn!(err = %e, retryIn = ?delay, "pod list or watch failed; backing off");
                     if !pause(delay, &cancel).await {
-                        return;
+                        return SourceEnd::Cancelled;
                     }
                 }
             }
