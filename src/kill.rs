@@ -211,10 +211,17 @@ pub async fn kill_pod_reporting<R: Runtime>(
         r?;
         containers_stopped += 1;
     }
+    // best-effort: a failed read here only leaves the report to the kill's end
     if let Some(tell) = stopped {
-        let now = runtime.list_containers(Some(uid)).await.map_err(list_err)?;
-        if now.iter().all(|c| !c.state.may_run()) {
-            tell(&final_states(runtime, uid, &now).await?);
+        match runtime.list_containers(Some(uid)).await {
+            Ok(now) if now.iter().all(|c| !c.state.may_run()) => {
+                match final_states(runtime, uid, &now).await {
+                    Ok(finals) => tell(&finals),
+                    Err(e) => tracing::debug!(err = %e, "no early terminal status"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(err = %e, "no early terminal status"),
         }
     }
 

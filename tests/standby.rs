@@ -8,6 +8,7 @@ mod common;
 use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::ApiServer;
 use common::*;
+use reaplet::cri::Runtime;
 use reaplet::standby::AuthoritySetting;
 use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use std::time::{Duration, Instant};
@@ -168,6 +169,15 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
         format!("writes: {:#?}", api.writes())
     })
     .await;
+    // held in standby longer than its grace, it still gets its whole termination after the
+    // takeover: SIGTERM (it exits 0), not a SIGKILL at once (before: the refused attempt had
+    // started the grace clock, and the retry after the takeover sent StopContainer timeout 0)
+    let st =
+        h.tb.client()
+            .container_status(p1.container_id("app"))
+            .await
+            .unwrap();
+    assert_eq!(st.exit_code, 0, "{st:?}");
     let finished = stopped.elapsed();
     println!(
         "takeover delay (stand-in stopped → ReapletTookOver, threshold {TAKEOVER_AFTER:?}, poll {POLL:?}): {:.2} s; pod finished {:.2} s after the stop ({:.2} s after the takeover)",

@@ -83,6 +83,8 @@ pub struct WatchBackoff {
     failures: u32,
     /// When the last complete list arrived, if no failure came after it.
     listed_at: Option<Instant>,
+    /// When the last attempt failed.
+    last_failure: Option<Instant>,
 }
 
 impl WatchBackoff {
@@ -102,13 +104,16 @@ impl WatchBackoff {
 
     /// An attempt failed at `now`: how long to wait before the next one. `jitter` in `[0, 1)`.
     pub fn failed(&mut self, now: Instant, retry_after: Option<Duration>, jitter: f64) -> Duration {
-        if self
-            .listed_at
-            .take()
-            .is_some_and(|t| now.saturating_duration_since(t) >= Self::STABLE)
-        {
+        // up for STABLE since a complete list, or (a watch that failed and resumed from its
+        // resourceVersion lists nothing) STABLE since the last failure: a failure alone, days
+        // after the one before, starts from MIN again
+        let stable = |t: Option<Instant>| {
+            t.is_some_and(|t| now.saturating_duration_since(t) >= Self::STABLE)
+        };
+        if stable(self.listed_at.take()) || stable(self.last_failure) {
             self.failures = 0;
         }
+        self.last_failure = Some(now);
         let step = Self::MIN
             .saturating_mul(1 << self.failures.min(16))
             .min(Self::MAX);
@@ -314,6 +319,15 @@ mod tests {
         assert_eq!(
             b.failed(t0 + Duration::from_secs(1), None, 1.0),
             Duration::from_secs_f64(25.6)
+        );
+        // a failure STABLE after the one before does too (a watch resumed without a list)
+        let mut c = WatchBackoff::default();
+        for _ in 0..5 {
+            c.failed(t0, None, 1.0);
+        }
+        assert_eq!(
+            c.failed(t0 + WatchBackoff::STABLE, None, 1.0),
+            WatchBackoff::MIN
         );
         // a list followed by STABLE without a failure does
         b.listed(t0);

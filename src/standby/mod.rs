@@ -10,13 +10,18 @@
 //! # Modes
 //!
 //! * [`AuthoritySetting::Primary`]: reaplet is the node's only termination agent (always
-//!   active); also what running without an API (static manifests only) means.
+//!   active, for the life of the process); also what running without an API (static manifests
+//!   only) means. [`Mode::Primary`] means exactly these two.
 //! * [`AuthoritySetting::Standby`]: a kubelet is the primary; reaplet watches, lists and tracks
 //!   everything and kills nothing until it takes over.
-//! * [`AuthoritySetting::Auto`] (the default): standby when a kubelet holds this node's Lease at
-//!   start (it exists and its `renewTime` is within the threshold), primary otherwise; when the
-//!   Lease cannot be read at start, standby (the safe side: standby still takes over when
-//!   both signals say the kubelet is gone).
+//! * [`AuthoritySetting::Auto`] (the default): always [`Mode::Standby`], with the standby loop
+//!   running for the life of the process. The role at start depends on the Lease: passive when
+//!   a kubelet holds this node's Lease (it exists and its `renewTime` is within the threshold)
+//!   or when the Lease cannot be read (the safe side: standby still takes over when both
+//!   signals say the kubelet is gone); active at once when the Lease is missing or stale. The
+//!   latter is "active since start" and ends like any takeover: at the first Lease renewal seen
+//!   (a kubelet appeared, e.g. after a node reboot in which reaplet read the Lease before the
+//!   kubelet's first renewal), after which only the standby rule below makes it active again.
 //!
 //! The decision is the pure [`decide`] (and [`start_mode`] once at start); [`run`] feeds it.
 //!
@@ -26,8 +31,14 @@
 //! has not been renewed for longer than the threshold (default 40 s) **and** the health endpoint
 //! fails (an error status, a timeout, or nothing listening: the process is gone). One signal
 //! alone is a warning ([`Reason::LeaseStale`], [`Reason::HealthzFailing`]), never a takeover.
-//! Hand back ([`Role::Passive`]) as soon as the Lease is seen renewed again, whatever the
-//! endpoint says (a kubelet that renews is acting, even while its endpoint is not up yet).
+//!
+//! Once active, the decision has memory (hysteresis): reaplet stays active until the Lease is
+//! seen renewed *after* the moment it became active (the takeover, or the start), and hands
+//! back ([`Role::Passive`]) then, whatever the endpoint says (a kubelet that renews is acting,
+//! even while its endpoint is not up yet). The endpoint alone never hands back: a crash-looping
+//! kubelet answers `/healthz` for a few seconds between crashes without renewing, and handing
+//! back on that would flap (an active reaplet whose endpoint answers again reports the warning
+//! [`Reason::HealthzBackNoRenewal`]). After a hand-back the standby rule applies afresh.
 //!
 //! # Lease age is measured on reaplet's monotonic clock
 //!
@@ -38,10 +49,14 @@
 //! to one poll later, never sooner). At start the first observation counts as a renewal
 //! (takeover at the earliest one threshold after start: the safe direction); only
 //! [`start_mode`] compares `renewTime` with the wall clock, once, to tell whether a kubelet
-//! holds the Lease at all. A Lease that cannot be read (API down) is not renewed as far as
-//! reaplet knows: its age grows. One look takes the Lease GET (bounded by
-//! [`crate::api::REQUEST_TIMEOUT`]) and the probe together: an API that hangs delays the next
-//! decision by up to that bound.
+//! holds the Lease at all. After the first observation, every change is a renewal: a new
+//! `renewTime`, or a Lease appearing where there was none (a kubelet registering). The first
+//! look of [`run`] follows the start decision at once; a renewal that falls between the two
+//! reads is not seen as one, and a hand-back from an active start then waits for the next
+//! renewal (10 s later). A Lease that cannot be read (API down) is not renewed as far as
+//! reaplet knows: its age grows, and an active reaplet stays active. One look takes the Lease
+//! GET (bounded by [`crate::api::REQUEST_TIMEOUT`]) and the probe together: an API that hangs
+//! delays the next decision by up to that bound.
 //!
 //! # Race analysis: never both agents acting on one pod
 //!
@@ -55,20 +70,28 @@
 //!   local endpoint failing at the same evaluation. A kubelet that is wedged yet answers
 //!   `/healthz`, or dead for the API yet alive locally, keeps reaplet passive. What is *not*
 //!   excluded: a kubelet that stops renewing and answering for 40 s and then resumes work
-//!   without renewing first (its pod workers run independently of its Lease loop). In that
-//!   window both may act on a pod; both then act the same way (the same grace, StopContainer is
-//!   idempotent, the status write is guarded by the pod's UID and the delete by its UID
-//!   precondition), so the outcome is one termination, reported once or twice;
-//! * hand-back: as soon as a renewal is seen (at most one poll period after it happened),
-//!   [`Authority::set_active`]`(false)`: no new kill and no retry starts. A kill already in
-//!   flight is not cut: it runs to its end (its CRI calls return, then its status write and
-//!   delete), the safe point; it is never abandoned between StopContainer and the status write
-//!   of the same pod. For that pod, the kubelet may overlap with the rest of this one kill
-//!   (the same idempotent steps as above). Pods not yet in a kill are left to the kubelet.
+//!   without renewing first (its pod workers run independently of its Lease loop), or, in auto
+//!   mode, a kubelet that starts working before its first renewal after reaplet started active
+//!   on a missing or stale Lease (a node reboot). In that window both may act on a pod; both
+//!   then act the same way (the same grace, StopContainer is idempotent, the status write is
+//!   guarded by the pod's UID and the delete by its UID precondition), so the outcome is one
+//!   termination, reported once or twice. The window ends at the kubelet's first renewal: a
+//!   crash-looping kubelet that answers `/healthz` between crashes but never renews keeps
+//!   reaplet active (no flapping), and one that does renew is handed the node;
+//! * at a takeover, [`Authority::set_active`]`(true)` also wakes the kills held by the
+//!   authority check (a held kill parks, with no retry timer, until the authority turns on), so
+//!   they retry at once: that is when reaplet starts acting, no sooner than the takeover itself
+//!   (one threshold after the last renewal seen), so the bounds above hold for them too;
+//! * hand-back: as soon as a renewal after the takeover is seen (at most one poll period after
+//!   it happened), [`Authority::set_active`]`(false)`: no new kill and no retry starts. A kill
+//!   already in flight is not cut: it runs to its end (its CRI calls return, then its status
+//!   write and delete), the safe point; it is never abandoned between StopContainer and the
+//!   status write of the same pod. For that pod, the kubelet may overlap with the rest of this
+//!   one kill (the same idempotent steps as above). Pods not yet in a kill are left to the
+//!   kubelet.
 //!
 //! Left out here: tearing down the volumes the kubelet mounted (the pipeline still only waits
-//! for them), and waking held workers at a takeover (a kill refused in standby retries on its
-//! own backoff, up to 30 s later).
+//! for them).
 
 use crate::authority::Authority;
 use crate::events::{EventSink, NodeEventReason};
@@ -185,9 +208,9 @@ pub enum Reason {
     ConfiguredPrimary,
     /// No API client: static manifests only, nobody else to defer to.
     NoApi,
-    /// Auto: no Lease for this node at start.
+    /// Auto: no Lease for this node at start (active until a renewal is seen).
     NoLeaseAtStart,
-    /// Auto: the Lease was stale at start.
+    /// Auto: the Lease was stale at start (active until a renewal is seen).
     StaleLeaseAtStart,
     /// `--authority=standby`, not yet evaluated.
     ConfiguredStandby,
@@ -201,8 +224,12 @@ pub enum Reason {
     LeaseStale,
     /// Standby, a warning: the endpoint fails but the Lease is renewed.
     HealthzFailing,
-    /// Standby, taken over: the Lease is stale and the endpoint fails.
+    /// Standby, active: the Lease is stale (not renewed since the takeover) and the endpoint
+    /// fails.
     KubeletGone,
+    /// Standby, active, a warning: the endpoint answers again but the Lease has not been renewed
+    /// since reaplet became active (a crash-looping kubelet): still active until it renews.
+    HealthzBackNoRenewal,
 }
 
 impl Reason {
@@ -210,8 +237,12 @@ impl Reason {
         match self {
             Self::ConfiguredPrimary => "configured primary",
             Self::NoApi => "no API: static manifests only",
-            Self::NoLeaseAtStart => "no kubelet held the node Lease at start",
-            Self::StaleLeaseAtStart => "the node Lease was stale at start",
+            Self::NoLeaseAtStart => {
+                "no kubelet held the node Lease at start: active until the Lease is renewed"
+            }
+            Self::StaleLeaseAtStart => {
+                "the node Lease was stale at start: active until the Lease is renewed"
+            }
             Self::ConfiguredStandby => "configured standby",
             Self::LeaseHeldAtStart => "a kubelet held the node Lease at start",
             Self::LeaseUnknownAtStart => "the node Lease could not be read at start",
@@ -225,12 +256,19 @@ impl Reason {
             Self::KubeletGone => {
                 "took over: the node Lease is stale and the kubelet's healthz fails"
             }
+            Self::HealthzBackNoRenewal => {
+                "active: the kubelet answers healthz again but has not renewed its Lease since \
+                 reaplet became active (warning; hand back at the first renewal)"
+            }
         }
     }
 
     /// A warning worth a `warn` line (one signal alone).
     pub fn is_warning(self) -> bool {
-        matches!(self, Self::LeaseStale | Self::HealthzFailing)
+        matches!(
+            self,
+            Self::LeaseStale | Self::HealthzFailing | Self::HealthzBackNoRenewal
+        )
     }
 }
 
@@ -242,8 +280,9 @@ pub struct Decision {
     pub reason: Reason,
 }
 
-/// The mode at start (pure): Auto is standby when a kubelet holds the Lease (or the Lease
-/// cannot be read), primary otherwise.
+/// The mode at start (pure): Auto is always standby (the loop runs); its role is passive when a
+/// kubelet holds the Lease (or the Lease cannot be read), active when it is missing or stale
+/// (until a renewal is seen). Primary only for `--authority=primary` or without an API.
 pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart) -> Decision {
     let primary = |reason| Decision {
         mode: Mode::Primary,
@@ -255,6 +294,11 @@ pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart)
         role: Role::Passive,
         reason,
     };
+    let standby_active = |reason| Decision {
+        mode: Mode::Standby,
+        role: Role::Active,
+        reason,
+    };
     if !has_api {
         return primary(Reason::NoApi);
     }
@@ -263,19 +307,26 @@ pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart)
         (AuthoritySetting::Standby, _) => standby(Reason::ConfiguredStandby),
         (AuthoritySetting::Auto, LeaseAtStart::Fresh) => standby(Reason::LeaseHeldAtStart),
         (AuthoritySetting::Auto, LeaseAtStart::Unknown) => standby(Reason::LeaseUnknownAtStart),
-        (AuthoritySetting::Auto, LeaseAtStart::Missing) => primary(Reason::NoLeaseAtStart),
-        (AuthoritySetting::Auto, LeaseAtStart::Stale) => primary(Reason::StaleLeaseAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Missing) => standby_active(Reason::NoLeaseAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Stale) => standby_active(Reason::StaleLeaseAtStart),
     }
 }
 
-/// The role in standby (pure): `renewed` is when reaplet saw the Lease's `renewTime` change
-/// (monotonic, see the module doc), `threshold` the takeover delay. Primary is always active.
+/// The role in standby (pure): `renewed` is when reaplet last saw the Lease renewed (monotonic,
+/// see the module doc), `threshold` the takeover delay, `active_since` the current role: `None`
+/// when passive, `Some(t)` when active since `t` (the takeover, or the start). Primary is always
+/// active.
+///
+/// Passive: active only when the Lease is unrenewed for longer than `threshold` and the
+/// endpoint fails. Active (hysteresis): passive only when a renewal was seen after `t`
+/// (`renewed > t`), whatever the endpoint says; the endpoint alone never hands back.
 pub fn decide(
     mode: Mode,
     threshold: Duration,
     now: Instant,
     renewed: Instant,
     health: Health,
+    active_since: Option<Instant>,
 ) -> Decision {
     if mode == Mode::Primary {
         return Decision {
@@ -284,8 +335,18 @@ pub fn decide(
             reason: Reason::ConfiguredPrimary,
         };
     }
-    let stale = now.saturating_duration_since(renewed) > threshold;
     let failing = health != Health::Ok;
+    if let Some(since) = active_since {
+        let (role, reason) = match (renewed > since, failing) {
+            // a renewal after the takeover: the kubelet is back, hand back
+            (true, true) => (Role::Passive, Reason::HealthzFailing),
+            (true, false) => (Role::Passive, Reason::KubeletAlive),
+            (false, true) => (Role::Active, Reason::KubeletGone),
+            (false, false) => (Role::Active, Reason::HealthzBackNoRenewal),
+        };
+        return Decision { mode, role, reason };
+    }
+    let stale = now.saturating_duration_since(renewed) > threshold;
     let (role, reason) = match (stale, failing) {
         (true, true) => (Role::Active, Reason::KubeletGone),
         (true, false) => (Role::Passive, Reason::LeaseStale),
@@ -430,9 +491,11 @@ pub async fn start(
     d
 }
 
-/// In standby: polls the Lease and the endpoint every `cfg.poll`, feeds [`decide`], flips
-/// `authority` on every change of role (one line and one Node event each) and publishes every
-/// decision on `state`. Returns at once in primary mode.
+/// In standby (which includes auto mode, whatever the role at start): polls the Lease and the
+/// endpoint every `cfg.poll`, feeds [`decide`] with the current role, flips `authority` on every
+/// change of role (one line and one Node event each) and publishes every decision on `state`.
+/// Returns at once in primary mode (`--authority=primary` or no API: primary for the life of
+/// the process).
 pub async fn run(
     cfg: StandbyConfig,
     client: kube::Client,
@@ -446,8 +509,13 @@ pub async fn run(
         return;
     }
     let leases: kube::Api<Lease> = kube::Api::namespaced(client, LEASE_NAMESPACE);
-    let mut seen: Option<String> = None;
-    let mut renewed = Instant::now();
+    // the last renewTime read, and whether the Lease was read at all yet
+    let (mut seen, mut looked): (Option<String>, bool) = (None, false);
+    let start = Instant::now();
+    let mut renewed = start;
+    // active at start (auto, Lease missing or stale): active since the start, until a renewal
+    // is seen after it (`renewed > start`: the first observation never counts)
+    let mut active_since = (first.role == Role::Active).then_some(start);
     let mut last = first;
     loop {
         let (lease, health) = tokio::join!(
@@ -457,22 +525,30 @@ pub async fn run(
         match lease {
             Ok(l) => {
                 let t = l.as_ref().and_then(renew_time);
+                // after the first read, any new renewTime is a renewal (also one appearing on
+                // a Lease that was missing at the first read: a kubelet registering)
                 if t.is_some() && t != seen {
-                    if seen.is_some() {
+                    if looked {
                         renewed = Instant::now();
                     }
                     seen = t;
                 }
+                looked = true;
             }
             Err(e) => tracing::debug!(err = %e, "node Lease unreadable"),
         }
+        let now = Instant::now();
         let d = decide(
             Mode::Standby,
             cfg.takeover_after,
-            Instant::now(),
+            now,
             renewed,
             health,
+            active_since,
         );
+        if d.role != last.role {
+            active_since = (d.role == Role::Active).then_some(now);
+        }
         if d != last {
             let age = renewed.elapsed();
             authority.set_active(d.role == Role::Active);

@@ -4,7 +4,7 @@ use super::*;
 const T: Duration = Duration::from_secs(40);
 
 #[test]
-fn auto_is_standby_when_a_kubelet_holds_the_lease_and_primary_otherwise() {
+fn auto_is_always_standby_passive_when_a_kubelet_holds_the_lease_active_otherwise() {
     use AuthoritySetting::*;
     let s = |setting, api, lease| start_mode(setting, api, lease);
     assert_eq!(s(Auto, true, LeaseAtStart::Fresh).mode, Mode::Standby);
@@ -26,7 +26,14 @@ fn auto_is_standby_when_a_kubelet_holds_the_lease_and_primary_otherwise() {
         s(Auto, true, LeaseAtStart::Stale).reason,
         Reason::StaleLeaseAtStart
     );
-    assert_eq!(s(Auto, true, LeaseAtStart::Stale).role, Role::Active);
+    // a missing or stale Lease: active at once, but standby (the loop runs, a renewal hands
+    // back): only --authority=primary or no API is primary for the life of the process
+    for lease in [LeaseAtStart::Missing, LeaseAtStart::Stale] {
+        let d = s(Auto, true, lease);
+        assert_eq!((d.mode, d.role), (Mode::Standby, Role::Active));
+    }
+    assert_eq!(s(Auto, true, LeaseAtStart::Unknown).role, Role::Passive);
+    assert_eq!(s(Primary, true, LeaseAtStart::Missing).mode, Mode::Primary);
     assert_eq!(
         s(Primary, true, LeaseAtStart::Fresh).reason,
         Reason::ConfiguredPrimary
@@ -42,23 +49,30 @@ fn auto_is_standby_when_a_kubelet_holds_the_lease_and_primary_otherwise() {
 async fn standby_takes_over_only_when_both_signals_say_gone() {
     let renewed = Instant::now();
     tokio::time::advance(T).await;
-    let at_threshold = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    let at_threshold = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        None,
+    );
     assert_eq!(at_threshold.role, Role::Passive, "not longer than 40 s yet");
     assert_eq!(at_threshold.reason, Reason::HealthzFailing);
     tokio::time::advance(Duration::from_millis(1)).await;
     let now = Instant::now();
     for h in [Health::Failed, Health::Gone] {
-        let d = decide(Mode::Standby, T, now, renewed, h);
+        let d = decide(Mode::Standby, T, now, renewed, h, None);
         assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
     }
     // one signal alone: a warning, never a takeover
-    let d = decide(Mode::Standby, T, now, renewed, Health::Ok);
+    let d = decide(Mode::Standby, T, now, renewed, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::LeaseStale));
     assert!(d.reason.is_warning());
-    let d = decide(Mode::Standby, T, now, now, Health::Failed);
+    let d = decide(Mode::Standby, T, now, now, Health::Failed, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     assert!(d.reason.is_warning());
-    let d = decide(Mode::Standby, T, now, now, Health::Ok);
+    let d = decide(Mode::Standby, T, now, now, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
     assert!(!d.reason.is_warning());
 }
@@ -67,15 +81,165 @@ async fn standby_takes_over_only_when_both_signals_say_gone() {
 async fn standby_hands_back_as_soon_as_the_lease_renews_whatever_healthz_says() {
     let renewed = Instant::now();
     tokio::time::advance(Duration::from_secs(300)).await;
-    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    let took_over = Instant::now();
+    let d = decide(Mode::Standby, T, took_over, renewed, Health::Gone, None);
     assert_eq!(d.role, Role::Active);
+    // no renewal since the takeover: still active
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        Some(took_over),
+    );
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
     // the renewal is seen: passive at once, even while healthz still fails
     let renewed = Instant::now();
-    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Gone);
+    let d = decide(
+        Mode::Standby,
+        T,
+        renewed,
+        renewed,
+        Health::Gone,
+        Some(took_over),
+    );
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     tokio::time::advance(Duration::from_secs(1)).await;
-    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Ok);
+    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaplet_active() {
+    let renewed = Instant::now();
+    tokio::time::advance(T + Duration::from_secs(1)).await;
+    let took_over = Instant::now();
+    let d = decide(Mode::Standby, T, took_over, renewed, Health::Gone, None);
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
+    // the kubelet comes up for a few seconds, crashes, comes up again: never renews
+    for (secs, health) in [
+        (2, Health::Ok),
+        (2, Health::Ok),
+        (2, Health::Gone),
+        (2, Health::Failed),
+        (2, Health::Ok),
+        (60, Health::Ok),
+    ] {
+        tokio::time::advance(Duration::from_secs(secs)).await;
+        let d = decide(
+            Mode::Standby,
+            T,
+            Instant::now(),
+            renewed,
+            health,
+            Some(took_over),
+        );
+        let reason = if health == Health::Ok {
+            Reason::HealthzBackNoRenewal
+        } else {
+            Reason::KubeletGone
+        };
+        assert_eq!((d.role, d.reason), (Role::Active, reason), "{health:?}");
+    }
+    assert!(Reason::HealthzBackNoRenewal.is_warning());
+    // it finally renews: passive, and the endpoint failing right after does not take over
+    let renewed = Instant::now();
+    let d = decide(
+        Mode::Standby,
+        T,
+        renewed,
+        renewed,
+        Health::Ok,
+        Some(took_over),
+    );
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        None,
+    );
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reboot_starts_active_hands_back_at_the_renewal_then_follows_the_rule() {
+    // start: the Lease is stale (the kubelet has not renewed since before the reboot)
+    let first = start_mode(AuthoritySetting::Auto, true, LeaseAtStart::Stale);
+    assert_eq!(
+        (first.mode, first.role, first.reason),
+        (Mode::Standby, Role::Active, Reason::StaleLeaseAtStart)
+    );
+    // what `run` does: the start is both the first "renewal" and the moment it became active
+    let start = Instant::now();
+    let renewed = start;
+    let active_since = Some(start);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        active_since,
+    );
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
+    // the kubelet comes up and answers healthz before its first renewal: still active
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Ok,
+        active_since,
+    );
+    assert_eq!(
+        (d.role, d.reason),
+        (Role::Active, Reason::HealthzBackNoRenewal)
+    );
+    // its first renewal is seen: passive
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let renewed = Instant::now();
+    let d = decide(Mode::Standby, T, renewed, renewed, Health::Ok, active_since);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+    // it dies: passive while only one signal says so, and up to the threshold
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        None,
+    );
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
+    tokio::time::advance(T - Duration::from_secs(1)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Gone,
+        None,
+    );
+    assert_eq!(d.role, Role::Passive, "not longer than the threshold yet");
+    // past the threshold, the Lease unrenewed and healthz failing: active again
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let d = decide(
+        Mode::Standby,
+        T,
+        Instant::now(),
+        renewed,
+        Health::Failed,
+        None,
+    );
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
 }
 
 #[tokio::test(start_paused = true)]
@@ -83,7 +247,7 @@ async fn primary_is_always_active() {
     let renewed = Instant::now();
     tokio::time::advance(Duration::from_secs(1)).await;
     for h in [Health::Ok, Health::Failed, Health::Gone] {
-        let d = decide(Mode::Primary, T, Instant::now(), renewed, h);
+        let d = decide(Mode::Primary, T, Instant::now(), renewed, h, None);
         assert_eq!(
             (d.role, d.reason),
             (Role::Active, Reason::ConfiguredPrimary)

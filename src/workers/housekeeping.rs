@@ -225,7 +225,13 @@ impl<R: Runtime> PodWorkers<R> {
             let kill = KillRequest::new(KillReason::Orphan).grace(Some(grace::ORPHAN_GRACE));
             self.deliver_from(info, PodSource::Runtime, kill);
         }
-        for id in found.gc_sandboxes {
+        // removing sandboxes is acting: never in standby (the kubelet's garbage collection)
+        let gc = if self.inner.authority.is_active() {
+            found.gc_sandboxes
+        } else {
+            Vec::new()
+        };
+        for id in gc {
             match rt.remove_pod_sandbox(&id).await {
                 Ok(()) => tracing::info!(sandboxID = %id, "removed sandbox of a finished orphan"),
                 Err(e) if e.is_not_found() => {}

@@ -62,6 +62,9 @@ struct Worker<R> {
     kill: Option<KillFuture>,
     cleanup: Option<CleanupFuture>,
     retry: Option<Pin<Box<Sleep>>>,
+    /// The last kill was held by the authority check (standby): no retry timer, the worker
+    /// waits for the agent to become active.
+    held: bool,
     /// The ExceededGracePeriod alarm and when it rings.
     overdue: Option<(Pin<Box<Sleep>>, Deadline)>,
     overdue_reported: bool,
@@ -94,6 +97,7 @@ pub(super) async fn worker_loop<R: Runtime>(
         kill: None,
         cleanup: None,
         retry: None,
+        held: false,
         overdue: None,
         overdue_reported: false,
         first_attempt: None,
@@ -122,9 +126,10 @@ pub(super) async fn worker_loop<R: Runtime>(
                 w.retry = None;
                 vec![Input::RetryDue]
             }
-            r = authority.changed(), if authority_open && w.retry.is_some() => match r {
+            r = authority.changed(), if authority_open && (w.held || w.retry.is_some()) => match r {
                 Ok(()) if *authority.borrow_and_update() => {
                     w.retry = None;
+                    w.held = false;
                     vec![Input::RetryDue]
                 }
                 Ok(()) => Vec::new(),
@@ -201,9 +206,11 @@ impl<R: Runtime> Worker<R> {
                 );
                 self.finals = rep.finals.clone();
             }
-            // a standby refusal is not a failure worth an event
+            // a standby refusal is not a failure worth an event, nor a retry timer: the worker
+            // parks until the agent becomes active (the authority branch of its loop)
             Err(e @ kill::KillError::Refused(_)) => {
                 tracing::debug!(err = %e, "kill held by the authority check");
+                self.held = true;
             }
             Err(e) => {
                 tracing::warn!(err = %e, "killing pod failed; will retry");
@@ -264,6 +271,10 @@ impl<R: Runtime> Worker<R> {
             match effect {
                 Effect::StartKill { generation, grace } => self.start_kill(generation, grace),
                 Effect::StartCleanup(stage) => self.start_cleanup(stage),
+                Effect::RetryAfter(_) if self.held => {
+                    self.retry = None;
+                    self.step = Step::BackingOff;
+                }
                 Effect::RetryAfter(d) => {
                     let jitter = rand::rng().random_range(0..=d.as_millis() as u64 / 5);
                     let at = d + Duration::from_millis(jitter);
@@ -326,6 +337,20 @@ impl<R: Runtime> Worker<R> {
 
     fn start_kill(&mut self, generation: u64, grace: i64) {
         let now = Instant::now();
+        // held in standby: nothing of the kill starts, not even its clock (a takeover later
+        // gives the pod its whole termination: preStop, SIGTERM, the grace)
+        let reason = self.m.reason.as_ref().map_or("unknown", KillReason::as_str);
+        if let Err(e) = self.inner.authority.check(&self.pod.uid, reason) {
+            if !self.held {
+                tracing::info!(err = %e, "kill held: this agent is in standby");
+            }
+            self.retry = None;
+            self.kill = Some(Box::pin(async move {
+                (generation, Err(kill::KillError::Refused(e)))
+            }));
+            self.step = Step::StoppingContainers;
+            return;
+        }
         let restarting = self.kill.is_some();
         if restarting {
             tracing::info!(
@@ -357,43 +382,33 @@ impl<R: Runtime> Worker<R> {
         if !self.overdue_reported && self.overdue.as_ref().is_none_or(|(_, o)| alarm.at < o.at) {
             self.overdue = Some((Box::pin(tokio::time::sleep_until(alarm.at)), alarm));
         }
-        let reason = self.m.reason.as_ref().map_or("unknown", KillReason::as_str);
-        self.kill = Some(match self.inner.authority.check(&self.pod.uid, reason) {
-            Ok(()) => {
-                let inner = self.inner.clone();
-                let mut pod = self.pod.clone();
-                pod.kill_deadline = Deadline::earliest(pod.kill_deadline, retry_deadline);
-                let memory = self.memory.clone();
-                // a naturally completed pod's terminal status goes out as soon as its
-                // containers are known stopped, before the sandbox teardown (the status
-                // manager never sends a terminal phase twice: the report at KillComplete
-                // finds it already terminal)
-                let completed = matches!(self.m.reason, Some(KillReason::Completed));
-                Box::pin(async move {
-                    let report = |finals: &[crate::status::ContainerFinal]| {
-                        if let Some(sink) = inner.status.get() {
-                            sink.pod_terminated(&pod, Some(&KillReason::Completed), finals);
-                        }
-                    };
-                    let early: Option<kill::OnContainersStopped<'_>> = completed.then_some(&report);
-                    let r = kill::kill_pod_reporting(
-                        &*inner.runtime,
-                        &inner.events,
-                        &pod,
-                        grace,
-                        &memory,
-                        early,
-                    )
-                    .await;
-                    (generation, r)
-                })
-            }
-            Err(e) => {
-                tracing::warn!(err = %e, "kill refused by the authority check");
-                self.overdue = None;
-                Box::pin(async move { (generation, Err(kill::KillError::Refused(e))) })
-            }
-        });
+        let inner = self.inner.clone();
+        let mut pod = self.pod.clone();
+        pod.kill_deadline = Deadline::earliest(pod.kill_deadline, retry_deadline);
+        let memory = self.memory.clone();
+        // a naturally completed pod's terminal status goes out as soon as its
+        // containers are known stopped, before the sandbox teardown (the status
+        // manager never sends a terminal phase twice: the report at KillComplete
+        // finds it already terminal)
+        let completed = matches!(self.m.reason, Some(KillReason::Completed));
+        self.kill = Some(Box::pin(async move {
+            let report = |finals: &[crate::status::ContainerFinal]| {
+                if let Some(sink) = inner.status.get() {
+                    sink.pod_terminated(&pod, Some(&KillReason::Completed), finals);
+                }
+            };
+            let early: Option<kill::OnContainersStopped<'_>> = completed.then_some(&report);
+            let r = kill::kill_pod_reporting(
+                &*inner.runtime,
+                &inner.events,
+                &pod,
+                grace,
+                &memory,
+                early,
+            )
+            .await;
+            (generation, r)
+        }));
         self.step = Step::StoppingContainers;
     }
 
