@@ -119,7 +119,16 @@ async fn lists_answered_500_for_a_minute_are_tried_at_most_ten_times_then_everyt
 async fn connections_closed_unanswered_for_a_minute_cost_at_most_ten_attempts() {
     let mut h = ApiHarness::new("sick-closed").await;
     pod(&h, "web", 2).await;
-    h.start_agent().await;
+    // the pod watch alone is counted: a closed connection cannot say which request it carried,
+    // so the standby Lease poll (which backs off the same way, to 30 s) is left out (primary)
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = reaplet::standby::AuthoritySetting::Primary;
+    let cancel = h.cancel.clone();
+    h.agent = Some(tokio::spawn(async move {
+        reaplet::agent::run(cfg, cancel).await.unwrap();
+    }));
+    h.wait_watching(0).await;
     let before = reaplets(&h.api).len();
     let t0 = Instant::now();
     // cuts the open watch, then closes every new connection unanswered for the window

@@ -491,11 +491,15 @@ pub async fn start(
     d
 }
 
+/// The longest wait between two Lease reads while the API server fails them.
+pub const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// In standby (which includes auto mode, whatever the role at start): polls the Lease and the
 /// endpoint every `cfg.poll`, feeds [`decide`] with the current role, flips `authority` on every
 /// change of role (one line and one Node event each) and publishes every decision on `state`.
 /// Returns at once in primary mode (`--authority=primary` or no API: primary for the life of
-/// the process).
+/// the process). A Lease read that fails backs off (the poll doubling to
+/// [`LEASE_BACKOFF_MAX`]); the endpoint is probed every poll.
 pub async fn run(
     cfg: StandbyConfig,
     client: kube::Client,
@@ -517,13 +521,38 @@ pub async fn run(
     // is seen after it (`renewed > start`: the first observation never counts)
     let mut active_since = (first.role == Role::Active).then_some(start);
     let mut last = first;
+    // the Lease is read every poll while the API server answers; a failed read backs off
+    // (the poll doubling to 30 s), so a sick server is not polled every few seconds
+    let (mut lease_due, mut lease_failures) = (start, 0u32);
     loop {
+        let read = Instant::now() >= lease_due;
         let (lease, health) = tokio::join!(
-            crate::api::bounded(leases.get_opt(&cfg.node_name)),
+            async {
+                match read {
+                    true => Some(crate::api::bounded(leases.get_opt(&cfg.node_name)).await),
+                    false => None,
+                }
+            },
             probe(&cfg.healthz_url, cfg.probe_timeout)
         );
+        match &lease {
+            Some(Ok(_)) => {
+                lease_failures = 0;
+                lease_due = Instant::now() + cfg.poll;
+            }
+            Some(Err(_)) => {
+                lease_failures = lease_failures.saturating_add(1);
+                let wait = cfg
+                    .poll
+                    .saturating_mul(1 << lease_failures.min(8))
+                    .min(LEASE_BACKOFF_MAX);
+                lease_due = Instant::now() + wait;
+            }
+            None => {}
+        }
         match lease {
-            Ok(l) => {
+            None => {}
+            Some(Ok(l)) => {
                 let t = l.as_ref().and_then(renew_time);
                 // after the first read, any new renewTime is a renewal (also one appearing on
                 // a Lease that was missing at the first read: a kubelet registering)
@@ -535,7 +564,7 @@ pub async fn run(
                 }
                 looked = true;
             }
-            Err(e) => tracing::debug!(err = %e, "node Lease unreadable"),
+            Some(Err(e)) => tracing::debug!(err = %e, "node Lease unreadable"),
         }
         let now = Instant::now();
         let d = decide(
