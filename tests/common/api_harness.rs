@@ -85,25 +85,10 @@ impl ApiHarness {
 
     /// Waits until the pod object is gone; returns how long that took. Fails after `limit`.
     pub async fn wait_gone_within(&self, name: &str, limit: Duration) -> Duration {
-        let took = wait_pods_gone(&self.api, &[name], limit, || {
+        wait_pods_gone(&self.api, &[name], limit, || {
             format!("writes: {:#?}", self.api.writes())
         })
-        .await;
-        // the server logs a request after its handler has changed the store: the DELETE that
-        // removed the pod may not be in the log yet (seen once in a loaded suite run); give
-        // it up to 1 s to appear (a pod removed otherwise has none, and costs the whole second)
-        let path = format!("/api/v1/namespaces/default/pods/{name}");
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_secs(1)
-            && !self
-                .api
-                .writes()
-                .iter()
-                .any(|r| r.method == "DELETE" && r.path == path)
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        took
+        .await
     }
 
     async fn stop_agent(&mut self) {

@@ -222,13 +222,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
     let user = match authorization::authenticate(auth.as_deref()) {
         Ok(u) => u,
         Err(r) => {
-            state.log.lock().unwrap().push(record(String::new(), 401));
+            state.log.push(record(String::new(), 401));
             return Ok(r);
         }
     };
     let Some(attrs) = request_info(&method, &path, &query) else {
         let r = reply::no_route(&method, &path);
-        state.log.lock().unwrap().push(record(user.name(), 404));
+        state.log.push(record(user.name(), 404));
         return Ok(r);
     };
     let req = Req {
@@ -243,20 +243,19 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
         attrs,
     };
     let verdict = faults::before(&state, &req).await;
+    // from here the handler may change the store: in flight until logged (a watch lasts, and
+    // is never waited for)
+    let _in_flight = (req.attrs.verb != "watch").then(|| state.log.begin());
     let resp = match verdict {
         Verdict::Reset => {
-            state.log.lock().unwrap().push(record(user.name(), 0));
+            state.log.push(record(user.name(), 0));
             return Err(ConnectionReset);
         }
         Verdict::Answer(r) => r,
         Verdict::Pass => route(&state, &req).await,
     };
     let resp = faults::after(&state, &req, resp);
-    state
-        .log
-        .lock()
-        .unwrap()
-        .push(record(user.name(), resp.status().as_u16()));
+    state.log.push(record(user.name(), resp.status().as_u16()));
     Ok(resp)
 }
 

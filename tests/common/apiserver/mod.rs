@@ -93,7 +93,7 @@ impl ApiServer {
         let state = Arc::new(State {
             store: Mutex::new(Store::new()),
             events_tx,
-            log: Mutex::default(),
+            log: Default::default(),
             faults: Mutex::default(),
             refuse: Notify::new(),
             generation: tokio_watch::channel(0).0,
@@ -260,7 +260,7 @@ impl ApiServer {
 
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.state.log.lock().unwrap().clone()
+        self.state.log.snapshot()
     }
 
     /// Requests that changed something (everything but GET).

@@ -68,11 +68,84 @@ pub struct Store {
     pub removed: HashMap<String, Instant>,
 }
 
+/// The request log. A request is in flight from when its handler may change the store until
+/// it is logged (its answer is known only then). Reading the log waits for the requests that
+/// began before the read, so a change a test has seen in the store always has its request in
+/// the log; later requests are not waited for (a steady stream cannot starve a reader), and a
+/// watch is never in flight (it lasts). The handlers do not await between changing the store
+/// and logging, so on a current-thread runtime nothing can be mid-way while the reader runs.
+#[derive(Default)]
+pub struct Log {
+    entries: Mutex<Vec<super::Recorded>>,
+    /// The next request's number, and the numbers of the requests in flight.
+    in_flight: Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    settled: std::sync::Condvar,
+}
+
+/// A request in flight; out of flight when dropped (after its record is pushed).
+pub struct InFlight<'a>(&'a Log, u64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut f = self.0.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        f.1.remove(&self.1);
+        self.0.settled.notify_all();
+    }
+}
+
+impl Log {
+    /// The longest a reader waits for the requests that began before it: longer than any
+    /// handler runs (the slowest, a LIST with a future resourceVersion, answers after 3 s).
+    pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub fn begin(&self) -> InFlight<'_> {
+        let mut f = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let n = f.0;
+        f.0 += 1;
+        f.1.insert(n);
+        InFlight(self, n)
+    }
+
+    pub fn push(&self, r: super::Recorded) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r);
+    }
+
+    /// Every request logged, after the ones in flight when it was called have been.
+    pub fn snapshot(&self) -> Vec<super::Recorded> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            tokio::task::block_in_place(|| self.settle());
+        }
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn settle(&self) {
+        let f = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let mark = f.0;
+        let (_f, timeout) = self
+            .settled
+            .wait_timeout_while(f, Self::SETTLE, |f| f.1.first().is_some_and(|n| *n < mark))
+            .unwrap_or_else(|e| e.into_inner());
+        assert!(
+            !timeout.timed_out(),
+            "a request to the API server stayed in flight for {:?}",
+            Self::SETTLE
+        );
+    }
+}
+
 /// Everything the handlers share.
 pub struct State {
     pub store: Mutex<Store>,
     pub events_tx: broadcast::Sender<WatchEvent>,
-    pub log: Mutex<Vec<super::Recorded>>,
+    pub log: Log,
     pub faults: Mutex<super::faults::Faults>,
     pub refuse: Notify,
     /// Bumped to cut every open connection.

@@ -206,7 +206,7 @@ pub fn stalled(state: &State, id: RuleId) -> usize {
 
 /// The answered (or reset) requests of the log that match `m`, in order.
 pub fn matching(state: &State, m: &Match) -> Vec<Recorded> {
-    let log = state.log.lock().unwrap();
+    let log = state.log.snapshot();
     log.iter()
         .filter(|r| m.matches_recorded(r))
         .cloned()
