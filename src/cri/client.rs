@@ -432,40 +432,17 @@ fn events_error(e: &containerd_events::EventsError) -> CriError {
 }
 
 impl CriClient {
-    /// CRI `GetContainerEvents`.
+    /// CRI `GetContainerEvents`: in use once answered or not refused within the settle time
+    /// (containerd 1.7 and 2.x send the stream's headers only with its first event).
     async fn cri_container_events(
         &self,
     ) -> Result<tokio::sync::mpsc::Receiver<ContainerEvent>, CriError> {
         let mut client = self.client.clone();
-        // only the subscription is bounded: the stream itself lives as long as the connection
-        let timeout = self.request_timeout;
-        let resp = tokio::time::timeout(
-            timeout,
-            client.get_container_events(pb::GetEventsRequest {}),
-        )
-        .await
-        .map_err(|_| CriError::DeadlineExceeded {
-            op: "GetContainerEvents",
-            id: String::new(),
-            timeout,
-        })?
-        .map_err(|s| CriError::from_status("GetContainerEvents", "", s))?;
-        let mut stream = resp.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel(256);
-        tokio::spawn(async move {
-            loop {
-                // a dropped receiver ends the stream at once, not at the next event
-                let next = tokio::select! {
-                    m = stream.message() => m,
-                    () = tx.closed() => break,
-                };
-                let Ok(Some(ev)) = next else { break };
-                if tx.send(cri_event(ev)).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(rx)
+        let call = async move { client.get_container_events(pb::GetEventsRequest {}).await };
+        let settle = SUBSCRIBE_SETTLE.min(self.request_timeout);
+        super::stream::open(call, settle, |ev| Some(cri_event(ev)))
+            .await
+            .map_err(|s| CriError::from_status("GetContainerEvents", "", s))
     }
 }
 
@@ -546,11 +523,11 @@ mod tests {
     }
 
     /// A bare HTTP/2 server on a unix socket: records each request's path; answers
-    /// UNIMPLEMENTED, except that with `hold_subscribe` containerd's `Subscribe` is held open
-    /// without headers (as containerd does until its first event).
+    /// UNIMPLEMENTED, except that a request whose path ends with `hold` is held open without
+    /// headers (as containerd does with a stream until its first event).
     fn fake_runtime(
         socket: &std::path::Path,
-        hold_subscribe: bool,
+        hold: Option<&'static str>,
     ) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::UnixListener::bind(socket).unwrap();
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -564,7 +541,7 @@ mod tests {
                         let path = r.uri().path().to_owned();
                         record.lock().unwrap().push(path.clone());
                         async move {
-                            if hold_subscribe && path.ends_with("Events/Subscribe") {
+                            if hold.is_some_and(|h| path.ends_with(h)) {
                                 std::future::pending::<()>().await;
                             }
                             hyper::Response::builder()
@@ -596,7 +573,7 @@ mod tests {
     async fn events_fall_back_to_containerd_then_to_polling() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("cri.sock");
-        let (seen, server) = fake_runtime(&socket, false);
+        let (seen, server) = fake_runtime(&socket, None);
         let r = client_for(&socket).container_events().await;
         assert!(
             matches!(r, Err(CriError::Unimplemented { op: OP_SUBSCRIBE })),
@@ -618,11 +595,42 @@ mod tests {
     async fn an_unanswered_subscription_is_in_use() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("cri.sock");
-        let (_seen, server) = fake_runtime(&socket, true);
+        let (_seen, server) = fake_runtime(&socket, Some("Events/Subscribe"));
         let started = tokio::time::Instant::now();
         let mut sub = client_for(&socket).container_events().await.unwrap();
         assert_eq!(sub.source, EventSource::ContainerdEvents);
         assert!(started.elapsed() >= SUBSCRIBE_SETTLE);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), sub.events.recv())
+                .await
+                .is_err(),
+            "the receiver stays open"
+        );
+        server.abort();
+    }
+
+    /// containerd 1.7 and 2.x answer `GetContainerEvents` only with its first event too: a
+    /// CRI subscription not refused within the settle time is in use (before, the call waited
+    /// for the headers until the request timeout, failed, and never fell back).
+    #[tokio::test]
+    async fn an_unanswered_cri_subscription_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("cri.sock");
+        let (seen, server) = fake_runtime(&socket, Some("GetContainerEvents"));
+        let started = tokio::time::Instant::now();
+        let sub = tokio::time::timeout(
+            Duration::from_secs(3),
+            client_for(&socket).container_events(),
+        )
+        .await
+        .expect("answered within the settle time, not the 5 s request timeout");
+        let mut sub = sub.unwrap();
+        assert_eq!(sub.source, EventSource::Cri);
+        assert!(started.elapsed() >= SUBSCRIBE_SETTLE);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["/runtime.v1.RuntimeService/GetContainerEvents"]
+        );
         assert!(
             tokio::time::timeout(Duration::from_millis(100), sub.events.recv())
                 .await

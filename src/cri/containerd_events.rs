@@ -3,10 +3,8 @@
 //!
 //! containerd serves its native API (`containerd.services.events.v1.Events`) on the same
 //! socket as CRI, so this rides on the CRI client's connection. [`subscribe`] asks for the
-//! `/tasks/start`, `/tasks/exit` and `/tasks/delete` topics of the CRI plugin's namespace
-//! (`k8s.io`; a start is how a pod reaplet does not know yet shows up), decodes each
-//! envelope's `google.protobuf.Any` into `containerd.events.TaskStart` / `TaskExit` /
-//! `TaskDelete` and
+//! `/tasks/exit` and `/tasks/delete` topics of the CRI plugin's namespace (`k8s.io`), decodes
+//! each envelope's `google.protobuf.Any` into `containerd.events.TaskExit` / `TaskDelete` and
 //! yields [`TaskEvent`]s (or anything `From<TaskEvent>`, such as [`ContainerEvent`]) on a
 //! tokio channel.
 //!
@@ -19,10 +17,9 @@
 //!   preStop hook), not the container: it is dropped;
 //! * errors are classified by type and gRPC code, never by message text;
 //! * the channel ends when the stream does (containerd restarted, connection lost): the caller
-//!   resubscribes and relists for what it missed. A receiver that is dropped ends the stream.
-//! * containerd sends the response headers of `Subscribe` with its first event, so an
-//!   accepted subscription cannot be told from one still on its way: [`subscribe`] returns
-//!   once the request was refused, or answered, or not refused within `settle`.
+//!   resubscribes and relists for what it missed; opening the stream, forwarding without
+//!   holding containerd back and ending it are [`super::stream`]'s (containerd sends the
+//!   headers of `Subscribe` only with its first event).
 
 pub mod pb {
     //! The generated containerd messages and client (packages nested as containerd's are).
@@ -46,26 +43,20 @@ use super::{ContainerEvent, ContainerEventKind};
 use pb::services::events::v1::{Envelope, SubscribeRequest, events_client::EventsClient};
 use prost::Message;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tracing::Instrument;
 
 /// The containerd namespace of the CRI plugin's containers.
 pub const NAMESPACE: &str = "k8s.io";
-/// Topic of a task's start (its init process running).
-pub const TOPIC_START: &str = "/tasks/start";
 /// Topic of a task's process exit.
 pub const TOPIC_EXIT: &str = "/tasks/exit";
 /// Topic of a task's deletion (after its exit has been collected).
 pub const TOPIC_DELETE: &str = "/tasks/delete";
 /// Full name of the `TaskExit` message (the Any's type URL, with or without a prefix).
 const TYPE_TASK_EXIT: &str = "containerd.events.TaskExit";
-/// Full name of the `TaskStart` message.
-const TYPE_TASK_START: &str = "containerd.events.TaskStart";
 /// Full name of the `TaskDelete` message.
 const TYPE_TASK_DELETE: &str = "containerd.events.TaskDelete";
-/// Events buffered between the stream and a slow receiver.
-const CAPACITY: usize = 256;
 
 /// Errors of a subscription, and of decoding one event.
 #[derive(Debug, thiserror::Error)]
@@ -109,8 +100,6 @@ impl EventsError {
 /// What happened to a container's task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskEventKind {
-    /// The container's init process started (`/tasks/start`).
-    Start,
     /// The container's init process exited (`/tasks/exit`).
     Exit,
     /// The task was deleted (`/tasks/delete`), its exit collected.
@@ -135,13 +124,12 @@ impl From<TaskEvent> for ContainerEvent {
         ContainerEvent {
             container_id: ev.container_id,
             kind: match ev.kind {
-                TaskEventKind::Start => ContainerEventKind::Started,
                 TaskEventKind::Exit => ContainerEventKind::Exited,
                 TaskEventKind::Delete => ContainerEventKind::Deleted,
             },
             // containerd's CRI plugin reports the same uint32 as an int32 (so 255 stays 255
             // and a wrapped -1 is -1 again)
-            exit_code: (ev.kind != TaskEventKind::Start).then_some(ev.exit_status as i32),
+            exit_code: Some(ev.exit_status as i32),
             exited_at: ev.exited_at,
         }
     }
@@ -149,7 +137,7 @@ impl From<TaskEvent> for ContainerEvent {
 
 /// The subscription's filters: any of them matches (OR); the clauses of one are ANDed.
 pub fn filters() -> Vec<String> {
-    [TOPIC_START, TOPIC_EXIT, TOPIC_DELETE]
+    [TOPIC_EXIT, TOPIC_DELETE]
         .iter()
         .map(|topic| format!("namespace=={NAMESPACE},topic==\"{topic}\""))
         .collect()
@@ -183,16 +171,6 @@ pub fn decode(envelope: &Envelope) -> Result<Option<TaskEvent>, EventsError> {
         source,
     };
     match name {
-        TYPE_TASK_START => {
-            let e = pb::events::TaskStart::decode(any.value.as_slice()).map_err(bad)?;
-            Ok(Some(TaskEvent {
-                kind: TaskEventKind::Start,
-                container_id: e.container_id,
-                pid: e.pid,
-                exit_status: 0,
-                exited_at: None,
-            }))
-        }
         TYPE_TASK_EXIT => {
             let e = pb::events::TaskExit::decode(any.value.as_slice()).map_err(bad)?;
             if e.id != e.container_id {
@@ -239,75 +217,23 @@ where
     T: From<TaskEvent> + Send + 'static,
 {
     let span = tracing::debug_span!("containerd_events", op = "Subscribe", namespace = NAMESPACE);
-    async move {
-        let mut client = EventsClient::new(channel);
-        let (tx, rx) = mpsc::channel(CAPACITY);
-        let (answered_tx, answered) = oneshot::channel();
-        let request = SubscribeRequest { filters: filters() };
-        tokio::spawn(
-            async move {
-                let opened = tokio::select! {
-                    r = client.subscribe(request) => r,
-                    () = tx.closed() => return,
-                };
-                match opened {
-                    Ok(resp) => {
-                        let _ = answered_tx.send(Ok(()));
-                        pump(resp.into_inner(), tx).await;
-                    }
-                    Err(status) => {
-                        tracing::debug!(code = ?status.code(), "containerd event subscription refused");
-                        let _ = answered_tx.send(Err(EventsError::from_status(&status)));
-                    }
-                }
-            }
-            .instrument(tracing::Span::current()),
-        );
-        match tokio::time::timeout(settle, answered).await {
-            Ok(Ok(Err(e))) => Err(e),
-            // answered; or still waiting for the first event; or the task is gone, and with
-            // it the sender: the receiver is closed and the caller resubscribes
-            Ok(Ok(Ok(()))) | Err(_) | Ok(Err(_)) => {
-                tracing::debug!("containerd event subscription open");
-                Ok(rx)
-            }
+    let mut client = EventsClient::new(channel);
+    let request = SubscribeRequest { filters: filters() };
+    let call = async move { client.subscribe(request).await };
+    let decode_one = |envelope: Envelope| match decode(&envelope) {
+        Ok(ev) => ev.map(T::from),
+        Err(e) => {
+            tracing::warn!(err = %e, "containerd event skipped");
+            None
         }
-    }
-    .instrument(span)
-    .await
-}
-
-/// Forwards the stream's events until it ends, breaks or the receiver is dropped.
-async fn pump<T: From<TaskEvent>>(mut stream: tonic::Streaming<Envelope>, tx: mpsc::Sender<T>) {
-    loop {
-        let next = tokio::select! {
-            m = stream.message() => m,
-            () = tx.closed() => {
-                tracing::debug!("containerd event receiver dropped");
-                return;
-            }
-        };
-        let envelope = match next {
-            Ok(Some(envelope)) => envelope,
-            Ok(None) => {
-                tracing::info!("containerd event stream ended");
-                return;
-            }
-            Err(status) => {
-                tracing::warn!(code = ?status.code(), "containerd event stream broke");
-                return;
-            }
-        };
-        match decode(&envelope) {
-            Ok(Some(ev)) => {
-                if tx.send(T::from(ev)).await.is_err() {
-                    return;
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(err = %e, "containerd event skipped"),
-        }
-    }
+    };
+    super::stream::open(call, settle, decode_one)
+        .instrument(span)
+        .await
+        .map_err(|status| {
+            tracing::debug!(code = ?status.code(), "containerd event subscription refused");
+            EventsError::from_status(&status)
+        })
 }
 
 #[cfg(test)]
@@ -425,11 +351,10 @@ mod tests {
     }
 
     #[test]
-    fn filters_select_the_three_topics_in_k8s_io() {
+    fn filters_select_the_two_topics_in_k8s_io() {
         assert_eq!(
             filters(),
             [
-                r#"namespace==k8s.io,topic=="/tasks/start""#,
                 r#"namespace==k8s.io,topic=="/tasks/exit""#,
                 r#"namespace==k8s.io,topic=="/tasks/delete""#,
             ]

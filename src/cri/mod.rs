@@ -20,6 +20,7 @@ mod client;
 pub mod containerd_events;
 #[cfg(test)]
 pub mod fake;
+mod stream;
 
 pub use client::CriClient;
 

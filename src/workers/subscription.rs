@@ -27,6 +27,10 @@ use tokio::time::Instant;
 
 /// The first quick relist after an exit the runtime's CRI view did not show yet.
 pub const RECHECK_FIRST: Duration = Duration::from_millis(5);
+/// A stream that stayed up this long starts the resubscription backoff over when it ends
+/// (one that ends at once keeps growing it: a runtime that accepts and drops the stream is not
+/// asked again every second).
+pub const STABLE: Duration = Duration::from_secs(120);
 /// How long an exit is rechecked for.
 pub const RECHECK_FOR: Duration = Duration::from_secs(5);
 
@@ -48,6 +52,9 @@ pub(super) enum Subscription {
     Active {
         events: mpsc::Receiver<ContainerEvent>,
         source: EventSource,
+        /// When it opened, and the failures before it (kept unless it stays up [`STABLE`]).
+        since: Instant,
+        failures: u32,
     },
     Waiting {
         at: Instant,
@@ -64,16 +71,25 @@ pub(super) struct Exits {
 }
 
 impl Exits {
-    fn saw(&mut self, ev: &ContainerEvent, now: Instant) {
+    /// Remembers an exit; whether the event calls for a relist (an exit or a deletion: a
+    /// creation or a start changes nothing a relist acts on, as a pod that appears after the
+    /// sources' last complete list is never an orphan).
+    fn saw(&mut self, ev: &ContainerEvent, now: Instant) -> bool {
         match ev.kind {
             ContainerEventKind::Exited => {
                 self.pending.entry(ev.container_id.clone()).or_insert(now);
+                true
             }
-            // the CRI view follows the task's deletion closely: recheck from the start
-            ContainerEventKind::Deleted if self.pending.contains_key(&ev.container_id) => {
-                self.step = None;
+            ContainerEventKind::Deleted => {
+                // the CRI view follows the task's deletion closely: recheck from the start
+                if self.pending.contains_key(&ev.container_id) {
+                    self.step = None;
+                }
+                true
             }
-            _ => {}
+            ContainerEventKind::Created
+            | ContainerEventKind::Started
+            | ContainerEventKind::Other => false,
         }
     }
 
@@ -124,16 +140,19 @@ impl Subscription {
     /// are remembered in `exits`.
     pub(super) async fn next(&mut self, exits: &mut Exits) -> Next {
         match self {
-            Subscription::Active { events, .. } => match events.recv().await {
-                Some(ev) => {
-                    let now = Instant::now();
-                    exits.saw(&ev, now);
-                    while let Ok(ev) = events.try_recv() {
-                        exits.saw(&ev, now);
-                    }
-                    Next::Events
+            // no await between taking an exit and returning: cancelling this loses none
+            Subscription::Active { events, .. } => loop {
+                let Some(ev) = events.recv().await else {
+                    return Next::Ended;
+                };
+                let now = Instant::now();
+                let mut relist = exits.saw(&ev, now);
+                while let Ok(ev) = events.try_recv() {
+                    relist |= exits.saw(&ev, now);
                 }
-                None => Next::Ended,
+                if relist {
+                    return Next::Events;
+                }
             },
             Subscription::Waiting { at, .. } => {
                 tokio::time::sleep_until(*at).await;
@@ -145,15 +164,31 @@ impl Subscription {
 
     /// The stream ended at `now`.
     pub(super) fn ended(&mut self, now: Instant) {
-        if let Subscription::Active { source, .. } = self {
-            tracing::warn!(
-                source = source.as_str(),
-                "container event stream ended; polling until resubscribed"
-            );
-        }
+        let failures = match self {
+            Subscription::Active {
+                source,
+                since,
+                failures,
+                ..
+            } => {
+                let stable = now.saturating_duration_since(*since) >= STABLE;
+                if stable || *failures == 0 {
+                    tracing::warn!(
+                        source = source.as_str(),
+                        "container event stream ended; polling until resubscribed"
+                    );
+                }
+                if stable {
+                    1
+                } else {
+                    failures.saturating_add(1)
+                }
+            }
+            _ => 1,
+        };
         *self = Subscription::Waiting {
-            at: now + backoff(1),
-            failures: 1,
+            at: now + backoff(failures),
+            failures,
         };
     }
 
@@ -169,6 +204,8 @@ impl Subscription {
                 Subscription::Active {
                     events: sub.events,
                     source: sub.source,
+                    since: now,
+                    failures,
                 }
             }
             Err(CriError::Unimplemented { .. }) => {
@@ -208,6 +245,8 @@ mod tests {
         let mut sub = Subscription::Active {
             events: rx,
             source: EventSource::ContainerdEvents,
+            since: Instant::now(),
+            failures: 0,
         };
         let mut exits = Exits::default();
         for id in ["a", "a", "b"] {
@@ -236,6 +275,18 @@ mod tests {
         assert_eq!(exits.after_relist(&running, t0 + RECHECK_FOR), None);
         exits.saw(&exit("d"), t0);
         assert_eq!(exits.after_relist(&HashSet::new(), t0), None);
+        assert!(matches!(sub.next(&mut exits).await, Next::Events));
+        // creations and starts call for no relist (before: each one was a full relist)
+        for kind in [ContainerEventKind::Created, ContainerEventKind::Started] {
+            let mut ev = exit("n");
+            ev.kind = kind;
+            tx.send(ev).await.unwrap();
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_secs(60), sub.next(&mut exits))
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -257,6 +308,30 @@ mod tests {
         assert!(matches!(sub.next(&mut exits).await, Next::Ended));
         sub.ended(t0);
         assert!(!sub.flowing() && !sub.due(t0) && sub.due(t0 + backoff(1)));
+        // a stream that ends at once again: the backoff grows (before: back to 1 s each time)
+        let (tx2, rx2) = mpsc::channel(1);
+        sub.subscribed(
+            Ok(EventSubscription {
+                source: EventSource::Cri,
+                events: rx2,
+            }),
+            t0,
+        );
+        drop(tx2);
+        sub.ended(t0);
+        assert!(!sub.due(t0 + backoff(1)) && sub.due(t0 + backoff(2)));
+        // one that stayed up STABLE starts over
+        let (tx3, rx3) = mpsc::channel(1);
+        sub.subscribed(
+            Ok(EventSubscription {
+                source: EventSource::Cri,
+                events: rx3,
+            }),
+            t0,
+        );
+        drop(tx3);
+        sub.ended(t0 + STABLE);
+        assert!(sub.due(t0 + STABLE + backoff(1)));
         let unavailable = CriError::Unavailable {
             op: "x",
             id: String::new(),
