@@ -132,8 +132,11 @@ pub async fn run(
             Err(CriError::Unimplemented { .. }) => out.push(line(
                 "container events",
                 Outcome::Pass,
-                "not supported (neither CRI GetContainerEvents nor containerd's events service): \
-                 runtime state is polled every 1s",
+                format!(
+                    "not supported (neither CRI GetContainerEvents nor containerd's events \
+                     service): runtime state is polled every {:?}",
+                    settings.relist_period
+                ),
             )),
             Err(e) => out.push(line("container events", Outcome::Fail, e.to_string())),
         }
@@ -267,8 +270,9 @@ async fn authority_check(settings: &Settings, node: &str, client: Option<kube::C
     .await;
     let mode = d.mode.as_str();
     let detail = format!(
-        "--authority={}: {mode} ({})",
+        "--authority={}: {mode}, {} ({})",
         settings.authority.as_str(),
+        d.role.as_str(),
         d.reason.as_str()
     );
     if d.mode == Mode::Primary {

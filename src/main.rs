@@ -426,6 +426,14 @@ async fn api_config(s: &Settings) -> Result<Option<kube::Config>, ConfigError> {
     use reaplet::api::ApiError;
     let why = match reaplet::api::client_config(s.kubeconfig.as_deref()).await {
         Ok(c) => return Ok(Some(c)),
+        Err(ApiError::NoCredentials(_))
+            if s.authority == reaplet::standby::AuthoritySetting::Standby =>
+        {
+            return Err(ConfigError {
+                field: "authority",
+                why: "standby needs API credentials: it watches the node's Lease (give a kubeconfig, or authority primary or auto)".into(),
+            });
+        }
         Err(ApiError::NoCredentials(_)) if s.pod_manifest_path.is_some() => return Ok(None),
         Err(ApiError::Kubeconfig { path, source }) => format!("{path}: {source}"),
         Err(ApiError::NoCredentials(e)) => format!(

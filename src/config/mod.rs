@@ -518,7 +518,8 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
             "takeoverAfter",
             raw.takeover_after,
             crate::standby::DEFAULT_TAKEOVER_AFTER,
-            Duration::from_secs(1),
+            // two of the kubelet's 10 s renewals: less takes a live kubelet for a dead one
+            Duration::from_secs(20),
         )?,
     })
 }

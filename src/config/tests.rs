@@ -44,7 +44,7 @@ pub const INVALID: &[(&str, &str)] = &[
     ("containerEvents", "yes"),
     ("authority", "secondary"),
     ("kubeletHealthzURL", "https://127.0.0.1:10248/healthz"),
-    ("takeoverAfter", "500ms"),
+    ("takeoverAfter", "10s"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -331,13 +331,13 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
     let s = resolve(RawSettings {
         authority: Some("standby".into()),
         kubelet_healthz_url: Some("http://[::1]:9999/healthz".into()),
-        takeover_after: Some("3s".into()),
+        takeover_after: Some("25s".into()),
         ..raw()
     })
     .unwrap();
     assert_eq!(s.authority, AuthoritySetting::Standby);
     assert_eq!(s.kubelet_healthz_url, "http://[::1]:9999/healthz");
-    assert_eq!(s.takeover_after, Duration::from_secs(3));
+    assert_eq!(s.takeover_after, Duration::from_secs(25));
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c.yaml");
     std::fs::write(

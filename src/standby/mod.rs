@@ -17,11 +17,13 @@
 //! * [`AuthoritySetting::Auto`] (the default): always [`Mode::Standby`], with the standby loop
 //!   running for the life of the process. The role at start depends on the Lease: passive when
 //!   a kubelet holds this node's Lease (it exists and its `renewTime` is within the threshold)
-//!   or when the Lease cannot be read (the safe side: standby still takes over when both
-//!   signals say the kubelet is gone); active at once when the Lease is missing or stale. The
-//!   latter is "active since start" and ends like any takeover: at the first Lease renewal seen
-//!   (a kubelet appeared, e.g. after a node reboot in which reaplet read the Lease before the
-//!   kubelet's first renewal), after which only the standby rule below makes it active again.
+//!   or when the Lease cannot be read, or is stale (a node reboot: reaplet may read it before
+//!   the kubelet's first renewal; the start counts as a renewal, so a kubelet that never comes
+//!   back is taken over one threshold later, by the rule below); active at once when the Lease
+//!   is missing (no kubelet registered). The latter is "active since start" and ends like any
+//!   takeover: at the first Lease renewal seen (a kubelet registered), after which only the
+//!   standby rule below makes it active again. A Lease never read (no permission, the API down
+//!   since the start) is no signal: the endpoint alone never takes over.
 //!
 //! The decision is the pure [`decide`] (and [`start_mode`] once at start); [`run`] feeds it.
 //!
@@ -72,7 +74,7 @@
 //!   excluded: a kubelet that stops renewing and answering for 40 s and then resumes work
 //!   without renewing first (its pod workers run independently of its Lease loop), or, in auto
 //!   mode, a kubelet that starts working before its first renewal after reaplet started active
-//!   on a missing or stale Lease (a node reboot). In that window both may act on a pod; both
+//!   on a missing Lease (a kubelet registering for the first time). In that window both may act on a pod; both
 //!   then act the same way (the same grace, StopContainer is idempotent, the status write is
 //!   guarded by the pod's UID and the delete by its UID precondition), so the outcome is one
 //!   termination, reported once or twice. The window ends at the kubelet's first renewal: a
@@ -241,7 +243,7 @@ impl Reason {
                 "no kubelet held the node Lease at start: active until the Lease is renewed"
             }
             Self::StaleLeaseAtStart => {
-                "the node Lease was stale at start: active until the Lease is renewed"
+                "the node Lease was stale at start: standby, the start counting as its last renewal"
             }
             Self::ConfiguredStandby => "configured standby",
             Self::LeaseHeldAtStart => "a kubelet held the node Lease at start",
@@ -281,8 +283,8 @@ pub struct Decision {
 }
 
 /// The mode at start (pure): Auto is always standby (the loop runs); its role is passive when a
-/// kubelet holds the Lease (or the Lease cannot be read), active when it is missing or stale
-/// (until a renewal is seen). Primary only for `--authority=primary` or without an API.
+/// kubelet holds the Lease, it cannot be read or it is stale (a reboot), active when it is
+/// missing (until a renewal is seen). Primary only for `--authority=primary` or without an API.
 pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart) -> Decision {
     let primary = |reason| Decision {
         mode: Mode::Primary,
@@ -308,7 +310,10 @@ pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart)
         (AuthoritySetting::Auto, LeaseAtStart::Fresh) => standby(Reason::LeaseHeldAtStart),
         (AuthoritySetting::Auto, LeaseAtStart::Unknown) => standby(Reason::LeaseUnknownAtStart),
         (AuthoritySetting::Auto, LeaseAtStart::Missing) => standby_active(Reason::NoLeaseAtStart),
-        (AuthoritySetting::Auto, LeaseAtStart::Stale) => standby_active(Reason::StaleLeaseAtStart),
+        // a node that rebooted: reaplet may read the Lease before the kubelet's first
+        // renewal; the start counts as a renewal, so a dead kubelet is taken over from after
+        // one threshold, by the standby rule
+        (AuthoritySetting::Auto, LeaseAtStart::Stale) => standby(Reason::StaleLeaseAtStart),
     }
 }
 
@@ -542,10 +547,14 @@ pub async fn run(
             }
             Some(Err(_)) => {
                 lease_failures = lease_failures.saturating_add(1);
-                let wait = cfg
-                    .poll
-                    .saturating_mul(1 << lease_failures.min(8))
-                    .min(LEASE_BACKOFF_MAX);
+                // while active, every poll: a renewal seen late is time both agents act
+                let wait = if active_since.is_some() {
+                    cfg.poll
+                } else {
+                    cfg.poll
+                        .saturating_mul(1 << lease_failures.min(8))
+                        .min(LEASE_BACKOFF_MAX)
+                };
                 lease_due = Instant::now() + wait;
             }
             None => {}
@@ -564,14 +573,20 @@ pub async fn run(
                 }
                 looked = true;
             }
-            Some(Err(e)) => tracing::debug!(err = %e, "node Lease unreadable"),
+            Some(Err(e)) if lease_failures == 1 => {
+                tracing::warn!(err = %e, "node Lease unreadable; no takeover on the kubelet's health alone")
+            }
+            Some(Err(e)) => tracing::debug!(err = %e, "node Lease still unreadable"),
         }
         let now = Instant::now();
+        // a Lease never read (no permission, API down since the start) is no signal: the
+        // endpoint alone never takes over
+        let renewed_seen = if looked { renewed } else { now };
         let d = decide(
             Mode::Standby,
             cfg.takeover_after,
             now,
-            renewed,
+            renewed_seen,
             health,
             active_since,
         );
