@@ -282,6 +282,13 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     // one, static pods on this node are the kubelet's and are never taken for orphans
     let mut pipeline = cfg.pipeline.clone();
     pipeline.owns_static_pods = cfg.pod_manifest_path.is_some();
+    if pipeline.volume_teardown
+        && let Err(why) = crate::volumes::teardown::can_tear_down(std::path::Path::new("/proc"))
+    {
+        tracing::warn!(why = %why,
+            "node-local volumes of terminated pods will be waited for, never torn down");
+        pipeline.volume_teardown = false;
+    }
     let workers = PodWorkers::new(
         Arc::new(runtime),
         cgroups,

@@ -57,6 +57,8 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
 /// Where the host's facts are read (production: the real paths; tests: fixtures).
 pub struct HostPaths<'a> {
     pub mountinfo: &'a Path,
+    /// procfs (`/proc`): this process's mount namespace and capabilities.
+    pub proc: &'a Path,
     /// `/run/systemd/system`: present when systemd is init.
     pub systemd_run: &'a Path,
     /// The system D-Bus socket logind is reached through.
@@ -67,6 +69,7 @@ impl Default for HostPaths<'static> {
     fn default() -> Self {
         HostPaths {
             mountinfo: Path::new("/proc/self/mountinfo"),
+            proc: Path::new("/proc"),
             systemd_run: Path::new("/run/systemd/system"),
             dbus_socket: Path::new("/run/dbus/system_bus_socket"),
         }
@@ -141,6 +144,19 @@ pub async fn run(
             Err(e) => out.push(line("container events", Outcome::Fail, e.to_string())),
         }
     }
+    out.push(match crate::volumes::teardown::can_tear_down(host.proc) {
+        Ok(()) => line(
+            "volume teardown",
+            Outcome::Pass,
+            "host mount namespace and CAP_SYS_ADMIN: node-local volumes of terminated pods are \
+             unmounted while active",
+        ),
+        Err(why) => line(
+            "volume teardown",
+            Outcome::Warn,
+            format!("{why}; node-local volumes of terminated pods are only waited for"),
+        ),
+    });
     // cgroups
     let hierarchies = std::fs::read_to_string(host.mountinfo)
         .map(|t| cgroups::hierarchies(&crate::volumes::parse_mountinfo(&t)))

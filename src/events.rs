@@ -26,6 +26,12 @@ pub enum EventReason {
     FailedKillPod,
     /// Warning: the runtime did not stop the pod within its grace.
     ExceededGracePeriod,
+    /// Warning: unmounting one of the pod's node-local volumes failed (the kubelet's reason;
+    /// recorded once per path, retried with backoff).
+    FailedUnMount,
+    /// Warning: the pod's volumes are still there past `volumeUnmountTimeout` (each named with
+    /// its plugin and why): the pod is not deleted while they are (recorded once).
+    VolumesStillMounted,
 }
 
 impl EventReason {
@@ -35,6 +41,8 @@ impl EventReason {
             Self::FailedPreStopHook => "FailedPreStopHook",
             Self::FailedKillPod => "FailedKillPod",
             Self::ExceededGracePeriod => "ExceededGracePeriod",
+            Self::FailedUnMount => "FailedUnMount",
+            Self::VolumesStillMounted => "VolumesStillMounted",
         }
     }
 

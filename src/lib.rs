@@ -9,7 +9,8 @@
 //! * [`workers`]: per-UID owner tasks and housekeeping [`podWorkers`, `HandlePodCleanups`];
 //! * [`kill`], [`hooks`]: stopping containers and sandboxes, preStop hooks
 //!   [`killPodWithSyncResult`, `lifecycle/handlers.go`];
-//! * [`volumes`]: waiting for unmounts [`podVolumesExist`];
+//! * [`volumes`]: waiting for unmounts [`podVolumesExist`], and, active, the volume manager's
+//!   teardown of node-local volumes;
 //! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
 //! * [`records`]: durable termination records (what was already done to a pod's containers);
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];

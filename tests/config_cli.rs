@@ -288,12 +288,37 @@ fn the_unit_and_example_config_run_with_the_nodes_own_credentials() {
         unit.contains("ExecStart=/usr/local/bin/reaplet run --config /etc/reaplet/config.yaml"),
         "{unit}"
     );
-    // the termination records go below the root dir: writable under ProtectSystem=strict
-    let rw = unit
+    // active, reaplet unmounts the node-local volumes the kubelet left: the service must stay
+    // in the host's mount namespace (an unmount in a namespace of its own never reaches the
+    // host), with CAP_SYS_ADMIN
+    for ns_option in [
+        "ProtectSystem=",
+        "ProtectHome=",
+        "PrivateTmp=",
+        "PrivateMounts=",
+        "ProtectKernelModules=",
+        "ProtectKernelLogs=",
+        "ProtectKernelTunables=",
+        "ProtectControlGroups=",
+        "ReadWritePaths=",
+        "ReadOnlyPaths=",
+        "InaccessiblePaths=",
+        "TemporaryFileSystem=",
+        "BindPaths=",
+        "MountFlags=",
+        "PrivateDevices=",
+        "ProtectProc=",
+    ] {
+        assert!(
+            !unit.lines().any(|l| l.starts_with(ns_option)),
+            "{ns_option} gives the unit a mount namespace of its own"
+        );
+    }
+    let caps = unit
         .lines()
-        .find(|l| l.starts_with("ReadWritePaths="))
-        .expect("ReadWritePaths");
-    assert!(rw.contains("/var/lib/kubelet"), "{rw}");
+        .find(|l| l.starts_with("CapabilityBoundingSet="))
+        .expect("CapabilityBoundingSet");
+    assert!(caps.contains("CAP_SYS_ADMIN"), "{caps}");
     // a kubeadm node: its kubelet's files, with the fixture for /var/lib/kubelet/config.yaml
     let fixture = repo().join("tests/fixtures/kubeadm-kubelet-config.yaml");
     assert!(example.contains("\nkubeletConfig: /var/lib/kubelet/config.yaml\n"));

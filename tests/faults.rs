@@ -243,7 +243,7 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
                 .path()
                 .join("kubelet/pods")
                 .join(p.uid.as_str())
-                .join("volumes/kubernetes.io~empty-dir/data");
+                .join("volumes/kubernetes.io~csi/pv-data/mount");
             std::fs::create_dir_all(&v).unwrap();
             let ok = Command::new("mount")
                 .args(["-t", "tmpfs", "tmpfs"])

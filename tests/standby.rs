@@ -7,6 +7,7 @@ mod common;
 
 use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::ApiServer;
+use common::standin::StandIn;
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::standby::AuthoritySetting;
@@ -21,67 +22,6 @@ const POLL: Duration = Duration::from_millis(500);
 const RENEW: Duration = Duration::from_millis(500);
 /// How long a negative check watches.
 const WINDOW: Duration = Duration::from_secs(5);
-
-/// A kubelet as reaplet sees one: the Lease renewed every [`RENEW`] and `/healthz` answering
-/// `200 ok` on a fixed loopback port. Stopping it ends both (nothing listens: refused).
-struct StandIn {
-    api: ApiServer,
-    port: u16,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl StandIn {
-    fn new(api: ApiServer) -> Self {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        drop(l);
-        StandIn {
-            api,
-            port,
-            tasks: Vec::new(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/healthz", self.port)
-    }
-
-    async fn start(&mut self) {
-        self.api.renew_node_lease(NODE);
-        let api = self.api.handle();
-        self.tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(RENEW).await;
-                api.renew_node_lease(NODE);
-            }
-        }));
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .unwrap();
-        self.tasks.push(tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else {
-                    continue;
-                };
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 1024];
-                    let _ = s.read(&mut buf).await;
-                    let _ = s
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .await;
-                });
-            }
-        }));
-    }
-
-    async fn stop(&mut self) {
-        for t in self.tasks.drain(..) {
-            t.abort();
-            let _ = t.await;
-        }
-    }
-}
 
 /// Node events with `reason`, as reaplet posted them.
 fn node_events(api: &ApiServer, reason: &str) -> usize {
@@ -109,13 +49,21 @@ async fn wait_node_event(api: &ApiServer, reason: &str, seen: usize, limit: Dura
 async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_hands_back() {
     let mut h = ApiHarness::new("standby").await;
     let api = h.api.handle();
-    let mut kubelet = StandIn::new(api.handle());
+    let mut kubelet = StandIn::new(api.handle(), NODE, RENEW);
     kubelet.start().await;
 
     let first = PodTemplate::new("first", 3).container(ContainerTemplate::new("app", TRAPS_TERM));
     let second = PodTemplate::new("second", 3).container(ContainerTemplate::new("app", TRAPS_TERM));
     let p1 = launch_in_api(&api, &h.tb, &first).await;
     let p2 = launch_in_api(&api, &h.tb, &second).await;
+    // the kubelet mounted the first pod's volumes (a projected token, a secret, ...)
+    let vols = common::mounts::KubeletVolumes::lay_out(
+        &h.root.path().join("kubelet"),
+        p1.uid.as_str(),
+        false,
+    );
+    let mounted = vols.still_mounted();
+    assert_eq!(mounted.len(), 7, "{mounted:?}");
 
     // reaplet in auto mode finds the Lease held: standby
     let kc = api.write_kubeconfig(h.root.path(), NODE);
@@ -143,6 +91,11 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     .await;
     assert!(api.get_pod("default", "first").is_some());
     assert_eq!(node_events(&api, "ReapletTookOver"), 0);
+    assert_eq!(
+        vols.still_mounted(),
+        mounted,
+        "volumes unmounted in standby"
+    );
 
     // 2. the kubelet dies (no renewals, nothing on healthz): takeover after the threshold,
     //    and the pod is finished
@@ -178,6 +131,15 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
             .await
             .unwrap();
     assert_eq!(st.exit_code, 0, "{st:?}");
+    // and the volumes the dead kubelet left mounted were torn down before the delete
+    assert!(
+        vols.still_mounted().is_empty(),
+        "{:?}",
+        vols.still_mounted()
+    );
+    for d in &vols.local {
+        assert!(!d.exists(), "{} not removed", d.display());
+    }
     let finished = stopped.elapsed();
     println!(
         "takeover delay (stand-in stopped → ReapletTookOver, threshold {TAKEOVER_AFTER:?}, poll {POLL:?}): {:.2} s; pod finished {:.2} s after the stop ({:.2} s after the takeover)",

@@ -92,8 +92,10 @@
 //!   one kill (the same idempotent steps as above). Pods not yet in a kill are left to the
 //!   kubelet.
 //!
-//! Left out here: tearing down the volumes the kubelet mounted (the pipeline still only waits
-//! for them).
+//! The volumes the kubelet mounted: while active, the terminated stage tears down node-local
+//! ones itself and waits for the rest ([`crate::volumes::teardown`]); it asks the authority
+//! before every pass, so a hand-back mid-cleanup leaves the rest to the kubelet (unmounting is
+//! idempotent for both: EINVAL and ENOENT mean done).
 
 use crate::authority::Authority;
 use crate::events::{EventSink, NodeEventReason};

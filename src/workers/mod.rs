@@ -76,6 +76,10 @@ pub struct PipelineConfig {
     /// Volume poll period (kubelet: 100–300 ms) and overall bound (kubelet: 2 min 3 s).
     pub volume_poll: Duration,
     pub volume_wait: Duration,
+    /// While active, unmount and remove the node-local volumes of terminated pods
+    /// ([`volumes::teardown`]); off when this process cannot reach the host's mounts
+    /// ([`volumes::teardown::can_tear_down`]): they are then only waited for.
+    pub volume_teardown: bool,
     /// Runtime relist period when the runtime has no container events (containerd 1.6).
     pub relist_period: Duration,
     /// Relist period when container events drive relists.
@@ -104,6 +108,7 @@ impl Default for PipelineConfig {
             mountinfo: "/proc/self/mountinfo".into(),
             volume_poll: Duration::from_millis(200),
             volume_wait: Duration::from_secs(123),
+            volume_teardown: true,
             relist_period: Duration::from_secs(1),
             relist_period_with_events: Duration::from_secs(10),
             container_events: true,
@@ -217,6 +222,8 @@ pub enum Step {
     Starting,
     StoppingContainers,
     WaitingForVolumes,
+    /// The volumes outlived the unmount timeout and were reported: not deleted, rechecked.
+    VolumesSkipped,
     RemovingCgroup,
     BackingOff,
     Done,
@@ -229,6 +236,7 @@ impl Step {
             Self::Starting => "starting",
             Self::StoppingContainers => "stopping containers",
             Self::WaitingForVolumes => "waiting for volumes",
+            Self::VolumesSkipped => "skipped: volumes still mounted",
             Self::RemovingCgroup => "removing pod cgroup",
             Self::BackingOff => "backing off",
             Self::Done => "done",

@@ -76,6 +76,12 @@ struct Worker<R> {
     metrics: Option<Arc<Metrics>>,
     phase_started: Instant,
     finished: bool,
+    /// The volume teardown's memory (failed unmounts and their backoff), shared with the
+    /// cleanup future (locked only inside a synchronous pass).
+    volumes: Arc<Mutex<volumes::TeardownState>>,
+    /// The volumes outlived `volumeUnmountTimeout` and were reported: the pod is skipped
+    /// (not deleted, its cgroup kept) and only rechecked once per retry.
+    volumes_skipped: bool,
 }
 
 /// The owner task of one pod UID.
@@ -106,6 +112,8 @@ pub(super) async fn worker_loop<R: Runtime>(
         finals: Vec::new(),
         phase_started: Instant::now(),
         finished: false,
+        volumes: Arc::default(),
+        volumes_skipped: false,
     };
     let cancel = w.inner.cancel.clone();
     // a kill held by the authority check retries at once when the agent becomes active
@@ -228,8 +236,30 @@ impl<R: Runtime> Worker<R> {
 
     fn cleanup_done(&mut self, stage: CleanupStage, r: Result<(), CleanupError>) -> Vec<Input> {
         self.cleanup = None;
-        if let Err(e) = &r {
-            tracing::warn!(stage = ?stage, err = %e, "pod cleanup failed; will retry");
+        match &r {
+            // past the bound: reported once, then the pod is skipped (rechecked quietly)
+            Err(CleanupError::Volumes(volumes::VolumeError::StillMounted {
+                waited,
+                volumes: held,
+                ..
+            })) => {
+                if !self.volumes_skipped {
+                    self.volumes_skipped = true;
+                    tracing::warn!(waitedMs = waited.as_millis() as u64,
+                        volumes = %volumes::list(held),
+                        "pod volumes still there past the unmount timeout; the pod is skipped and not deleted");
+                    self.event(
+                        EventReason::VolumesStillMounted,
+                        format!(
+                            "Volumes still mounted after {}s; the pod is not deleted while they are: {}",
+                            waited.as_secs(),
+                            volumes::list(held)
+                        ),
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(stage = ?stage, err = %e, "pod cleanup failed; will retry"),
+            Ok(()) => {}
         }
         vec![Input::CleanupDone {
             stage,
@@ -415,22 +445,52 @@ impl<R: Runtime> Worker<R> {
     fn start_cleanup(&mut self, stage: CleanupStage) {
         let inner = self.inner.clone();
         let uid = self.pod.uid.clone();
+        let skipped = self.volumes_skipped;
         self.step = match stage {
+            CleanupStage::Volumes if skipped => Step::VolumesSkipped,
             CleanupStage::Volumes => Step::WaitingForVolumes,
             CleanupStage::Cgroup => Step::RemovingCgroup,
         };
+        let state = self.volumes.clone();
+        let (namespace, name) = (self.pod.namespace.clone(), self.pod.name.clone());
         self.cleanup = Some(Box::pin(async move {
             let t = Instant::now();
             let r = match stage {
-                CleanupStage::Volumes => volumes::wait_unmounted(
-                    &inner.config.root_dir,
-                    &uid,
-                    &inner.config.mountinfo,
-                    inner.config.volume_poll,
-                    inner.config.volume_wait,
-                )
-                .await
-                .map_err(CleanupError::from),
+                CleanupStage::Volumes => {
+                    let events = inner.events.clone();
+                    let report = |h: &volumes::Held| {
+                        tracing::warn!(volume = %h.volume, plugin = %h.plugin, detail = %h,
+                            "unmounting a pod volume failed; retrying with backoff");
+                        events.record(PodEvent {
+                            uid: uid.clone(),
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            reason: EventReason::FailedUnMount,
+                            message: format!("UnmountVolume.TearDown failed: {h}"),
+                        });
+                    };
+                    let authority = inner.authority.clone();
+                    let teardown = inner.config.volume_teardown;
+                    let active = move || teardown && authority.is_active();
+                    volumes::settle(volumes::Settle {
+                        root_dir: &inner.config.root_dir,
+                        uid: &uid,
+                        mountinfo: &inner.config.mountinfo,
+                        poll: inner.config.volume_poll,
+                        // once skipped, each retry checks once (the retry backoff paces it)
+                        bound: if skipped {
+                            Duration::ZERO
+                        } else {
+                            inner.config.volume_wait
+                        },
+                        active: &active,
+                        unmounter: &volumes::SystemUnmount,
+                        state: &state,
+                        report: &report,
+                    })
+                    .await
+                    .map_err(CleanupError::from)
+                }
                 CleanupStage::Cgroup => inner
                     .cgroups
                     .destroy(&uid)

@@ -20,7 +20,9 @@ use tokio_util::task::TaskTracker;
 
 pub mod api_harness;
 pub mod apiserver;
+pub mod mounts;
 pub mod process;
+pub mod standin;
 pub use process::*;
 
 pub struct Harness {
@@ -39,6 +41,11 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new(name: &str) -> Harness {
+        Self::with(name, |_| {}).await
+    }
+
+    /// With pipeline settings changed by `f`.
+    pub async fn with(name: &str, f: impl FnOnce(&mut PipelineConfig)) -> Harness {
         let tb = Testbed::start(repo(), name);
         let client = tb.client();
         let cgroups =
@@ -54,6 +61,8 @@ impl Harness {
             orphan_min_age: Duration::ZERO,
             ..PipelineConfig::default()
         };
+        let mut config = config;
+        f(&mut config);
         let authority = Arc::new(Authority::default());
         let workers = PodWorkers::new(
             Arc::new(client.clone()),

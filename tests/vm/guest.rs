@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "rescue.rs"]
+mod rescue;
+
 type R<T> = Result<T, String>;
 
 const SOCKET: &str = "/run/containerd/containerd.sock";
@@ -323,6 +326,10 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     let t = Instant::now();
     let r = watchdog(&g).await;
     g.record("watchdog_restarts_hung_loop", t, r);
+
+    let t = Instant::now();
+    let r = rescue::standby_rescue(&g).await;
+    g.record("standby_rescues_a_terminating_pod", t, r);
 
     let _ = sh("systemctl", &["stop", UNIT]);
     if g.failed > 0 { 1 } else { 0 }

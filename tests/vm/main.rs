@@ -15,8 +15,14 @@
 //!
 //! Needs root on the host (image build). When qemu cannot run, the test fails loudly.
 
+// the in-process API server of the integration tests, for the standby scenario in the guest
+#[allow(unused_imports)]
+#[path = "../common/apiserver/mod.rs"]
+mod apiserver;
 mod guest;
 mod host;
+#[path = "../common/standin.rs"]
+mod standin;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +35,7 @@ pub const SCENARIOS: &[&str] = &[
     "pod_slices_removed",
     "stop_leaves_pods_running",
     "watchdog_restarts_hung_loop",
+    "standby_rescues_a_terminating_pod",
 ];
 
 /// One line of `results.jsonl`.

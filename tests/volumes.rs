@@ -1,0 +1,202 @@
+//! A terminated pod's volumes with real mounts laid out as the kubelet lays them out
+//! (privileged: mounts tmpfs and bind mounts; needs root). Active, reaplet unmounts and removes
+//! the node-local volumes and subPath bind mounts, never a CSI-like mount, which holds the pod
+//! (reported once past the unmount timeout, never deleted) until its driver unmounts it.
+//! Passive (standby), it only waits.
+
+mod common;
+
+use common::mounts::KubeletVolumes;
+use common::*;
+use reaplet::events::EventReason;
+use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
+use reaplet::workers::Step;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The unmount timeout in these tests (the kubelet's is 2 min 3 s).
+const VOLUME_WAIT: Duration = Duration::from_secs(3);
+/// How long a negative check watches.
+const WINDOW: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_local_volumes_are_torn_down_and_a_csi_mount_holds_the_pod_until_unmounted() {
+    let cap = Capture::default();
+    let writer = cap.clone();
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .with_env_filter("info")
+        .init();
+    let mut h = Harness::with("volumes", |c| c.volume_wait = VOLUME_WAIT).await;
+    let t = PodTemplate::new("vol", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    let v = KubeletVolumes::lay_out(h.root_dir.path(), p.uid.as_str(), true);
+    let csi = v.csi.clone().unwrap();
+    let csi_rel = csi.strip_prefix(&v.pod_dir).unwrap().to_owned();
+
+    h.desire(vec![t.pod_info()]);
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, PodPhase::Terminated, Duration::from_secs(20))
+        .await;
+    // the node-local volumes and the subPaths go at the first pass: only the CSI mount is left
+    let took = wait_until(
+        "node-local volumes unmounted",
+        Duration::from_secs(5),
+        || v.still_mounted() == vec![csi_rel.clone()],
+    )
+    .await;
+    println!(
+        "node-local teardown (5 tmpfs volumes, 2 subPath bind mounts) within {:.0} ms of Terminated",
+        took.as_secs_f64() * 1e3
+    );
+    for d in &v.local {
+        assert!(!d.exists(), "{} not removed", d.display());
+    }
+    assert!(!v.pod_dir.join("volume-subpaths").exists());
+    // the CSI volume is never touched, and holds the pod (not deleted, its cgroup kept) for
+    // the whole unmount timeout and after it
+    let start = Instant::now();
+    while start.elapsed() < VOLUME_WAIT + WINDOW {
+        let view = h.workers.view(&p.uid).unwrap();
+        assert_eq!(view.phase, PodPhase::Terminated, "{view:?}");
+        assert!(
+            matches!(
+                view.step,
+                Step::WaitingForVolumes | Step::VolumesSkipped | Step::BackingOff
+            ),
+            "{view:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(csi.join("db")).unwrap(),
+            "precious",
+            "the CSI-like volume was touched"
+        );
+        assert!(
+            !h.pod_cgroups(&p.uid).is_empty(),
+            "cgroup removed while mounted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(v.still_mounted(), vec![csi_rel.clone()]);
+    // reported once past the timeout, with the volume and its plugin
+    let events = h.drain_events();
+    let reported: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == EventReason::VolumesStillMounted)
+        .collect();
+    assert_eq!(reported.len(), 1, "{events:?}");
+    assert!(
+        reported[0]
+            .message
+            .contains("kubernetes.io~csi/pvc-1 (kubernetes.io/csi)"),
+        "{}",
+        reported[0].message
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason == EventReason::FailedUnMount),
+        "{events:?}"
+    );
+    let log = String::from_utf8_lossy(&cap.0.lock().unwrap()).to_string();
+    assert!(
+        log.lines().any(|l| l.contains("waiting for pod volumes")
+            && l.contains("kubernetes.io~csi/pvc-1")
+            && !l.contains("kubernetes.io~secret")),
+        "the volume left is not named in the log:\n{log}"
+    );
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("still there past the unmount timeout"))
+            .count(),
+        1,
+        "reported more than once:\n{log}"
+    );
+    // the driver unmounts it: the pod finishes at the next recheck (skipped pods are rechecked
+    // on the retry backoff, at most 30 s + 20 % apart)
+    v.unmount_csi();
+    h.wait_state(&p.uid, PodPhase::Finished, Duration::from_secs(40))
+        .await;
+    h.assert_gone(&p.uid).await;
+    // the CSI volume's directory is its driver's: left as it was (its data was on the mount)
+    assert!(csi.is_dir());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_leaves_the_volumes_to_the_kubelet_and_active_tears_them_down() {
+    let h = Harness::with("volpassive", |c| c.volume_wait = Duration::from_secs(60)).await;
+    let t = PodTemplate::new("volp", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    // a CSI-like mount holds the pod in its cleanup; then reaplet turns passive (a kubelet
+    // renewed its Lease) and the kubelet's node-local volumes are there
+    let hold = KubeletVolumes::lay_out(h.root_dir.path(), p.uid.as_str(), true);
+    h.desire(vec![t.pod_info()]);
+    h.workers.upsert(t.deleted(30));
+    h.wait_state(&p.uid, PodPhase::Terminated, Duration::from_secs(20))
+        .await;
+    let csi_rel: PathBuf = hold
+        .csi
+        .as_ref()
+        .unwrap()
+        .strip_prefix(&hold.pod_dir)
+        .unwrap()
+        .to_owned();
+    wait_until("first teardown", Duration::from_secs(5), || {
+        hold.still_mounted() == vec![csi_rel.clone()]
+    })
+    .await;
+    h.authority.set_active(false);
+    // laid out again on the same pod (the kubelet's volumes as a passive reaplet finds them)
+    let v = KubeletVolumes::lay_out(h.root_dir.path(), p.uid.as_str(), false);
+    let all = v.still_mounted();
+    assert_eq!(all.len(), 8, "{all:?}");
+    let start = Instant::now();
+    while start.elapsed() < WINDOW {
+        assert_eq!(v.still_mounted(), all, "a passive reaplet unmounted");
+        for d in &v.local {
+            assert!(d.join("data").exists(), "{} touched", d.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // active again: torn down at the next pass, the CSI mount still left
+    h.authority.set_active(true);
+    wait_until(
+        "teardown after turning active",
+        Duration::from_secs(5),
+        || v.still_mounted() == vec![csi_rel.clone()],
+    )
+    .await;
+    for d in &v.local {
+        assert!(!d.exists(), "{} not removed", d.display());
+    }
+    hold.unmount_csi();
+    h.wait_state(&p.uid, PodPhase::Finished, Duration::from_secs(20))
+        .await;
+    h.shutdown().await;
+}
