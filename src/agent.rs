@@ -283,7 +283,10 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     let mut pipeline = cfg.pipeline.clone();
     pipeline.owns_static_pods = cfg.pod_manifest_path.is_some();
     if pipeline.volume_teardown
-        && let Err(why) = crate::volumes::teardown::can_tear_down(std::path::Path::new("/proc"))
+        && let Err(why) = crate::volumes::teardown::can_tear_down(
+            std::path::Path::new("/proc"),
+            std::path::Path::new("/run/systemd/system").is_dir(),
+        )
     {
         tracing::warn!(why = %why,
             "node-local volumes of terminated pods will be waited for, never torn down");

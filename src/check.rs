@@ -144,19 +144,21 @@ pub async fn run(
             Err(e) => out.push(line("container events", Outcome::Fail, e.to_string())),
         }
     }
-    out.push(match crate::volumes::teardown::can_tear_down(host.proc) {
-        Ok(()) => line(
-            "volume teardown",
-            Outcome::Pass,
-            "host mount namespace and CAP_SYS_ADMIN: node-local volumes of terminated pods are \
+    out.push(
+        match crate::volumes::teardown::can_tear_down(host.proc, host.systemd_run.is_dir()) {
+            Ok(()) => line(
+                "volume teardown",
+                Outcome::Pass,
+                "host mount namespace and CAP_SYS_ADMIN: node-local volumes of terminated pods are \
              unmounted while active",
-        ),
-        Err(why) => line(
-            "volume teardown",
-            Outcome::Warn,
-            format!("{why}; node-local volumes of terminated pods are only waited for"),
-        ),
-    });
+            ),
+            Err(why) => line(
+                "volume teardown",
+                Outcome::Warn,
+                format!("{why}; node-local volumes of terminated pods are only waited for"),
+            ),
+        },
+    );
     // cgroups
     let hierarchies = std::fs::read_to_string(host.mountinfo)
         .map(|t| cgroups::hierarchies(&crate::volumes::parse_mountinfo(&t)))

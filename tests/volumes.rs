@@ -200,3 +200,151 @@ async fn passive_leaves_the_volumes_to_the_kubelet_and_active_tears_them_down() 
         .await;
     h.shutdown().await;
 }
+
+/// The mount points below `dir`, as util-linux's `findmnt` reads them (not reaplet's parser).
+fn findmnt_below(dir: &std::path::Path) -> Vec<PathBuf> {
+    let out = std::process::Command::new("findmnt")
+        .args(["-rn", "-o", "TARGET"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        // findmnt -r escapes spaces as \x20; these paths have none
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let ok = std::process::Command::new(cmd).args(args).status().unwrap();
+    assert!(ok.success(), "{cmd} {args:?} failed (needs root)");
+}
+
+/// One teardown pass with the kernel's unmount, as the agent runs it.
+fn pass(
+    root: &std::path::Path,
+    uid: &str,
+    mountinfo: &std::path::Path,
+) -> Vec<reaplet::volumes::Held> {
+    reaplet::volumes::teardown::pass(
+        root,
+        &reaplet::pod::PodUid::parse(uid).unwrap(),
+        mountinfo,
+        &reaplet::volumes::SystemUnmount,
+        &mut reaplet::volumes::TeardownState::default(),
+        tokio::time::Instant::now(),
+        &|| true,
+        &mut |_| {},
+    )
+}
+
+/// Unmounts (lazily) what a test mounted, even when it fails.
+struct Lazy(Vec<PathBuf>);
+
+impl Drop for Lazy {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(p)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A subPath of a shared source (a hostPath such as `/run`, or a CSI volume with submounts)
+/// is in the source's peer group: a mount made in the source later shows below the subPath's
+/// bind mount, and unmounting it there unmounts it in the source too. Only the kubelet's own
+/// mount points are ever unmounted; anything below them holds the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subpath_of_a_shared_source_never_unmounts_the_sources_own_mounts() {
+    let root = tempfile::tempdir().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let uid = "5d1f0c2e-9b7a-4e3d-8c6b-1a2b3c4d5e6f";
+    let src = host.path().join("shared");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut guard = Lazy(Vec::new());
+    run("mount", &["-t", "tmpfs", "tmpfs", src.to_str().unwrap()]);
+    guard.0.push(src.clone());
+    run("mount", &["--make-shared", src.to_str().unwrap()]);
+    std::fs::create_dir_all(src.join("mnt/x")).unwrap();
+    let sub = root
+        .path()
+        .join("pods")
+        .join(uid)
+        .join("volume-subpaths/host/app/0");
+    std::fs::create_dir_all(&sub).unwrap();
+    run(
+        "mount",
+        &[
+            "--bind",
+            src.join("mnt").to_str().unwrap(),
+            sub.to_str().unwrap(),
+        ],
+    );
+    guard.0.push(sub.clone());
+    // mounted in the source after the pod started: propagates below the subPath
+    run(
+        "mount",
+        &["-t", "tmpfs", "tmpfs", src.join("mnt/x").to_str().unwrap()],
+    );
+    guard.0.push(src.join("mnt/x"));
+    std::fs::write(src.join("mnt/x/precious"), "host data").unwrap();
+    assert_eq!(findmnt_below(&sub), vec![sub.clone(), sub.join("x")]);
+
+    let held = pass(
+        root.path(),
+        uid,
+        std::path::Path::new("/proc/self/mountinfo"),
+    );
+    assert_eq!(
+        findmnt_below(&src),
+        vec![src.clone(), src.join("mnt/x")],
+        "the source's own mount was unmounted through the subPath"
+    );
+    assert_eq!(
+        std::fs::read_to_string(src.join("mnt/x/precious")).unwrap(),
+        "host data"
+    );
+    assert!(!held.is_empty(), "the nested mount must hold the pod");
+}
+
+/// A directory bind mount of the same filesystem inside an emptyDir, missing from the
+/// mountinfo snapshot the pass works from (mounted after it was read): removing the emptyDir
+/// must never go into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removal_never_enters_a_bind_mount_the_snapshot_missed() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("kubelet");
+    let outside = base.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), "keep").unwrap();
+    let uid = "6e2a1d3f-0c8b-4f4e-9d7c-2b3c4d5e6f70";
+    let cache = root
+        .join("pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~empty-dir/cache");
+    std::fs::create_dir_all(cache.join("bound")).unwrap();
+    std::fs::write(cache.join("scratch"), "emptyDir data").unwrap();
+    let snapshot = base.path().join("mountinfo");
+    std::fs::copy("/proc/self/mountinfo", &snapshot).unwrap();
+    let mut guard = Lazy(Vec::new());
+    run(
+        "mount",
+        &[
+            "--bind",
+            outside.to_str().unwrap(),
+            cache.join("bound").to_str().unwrap(),
+        ],
+    );
+    guard.0.push(cache.join("bound"));
+
+    let held = pass(&root, uid, &snapshot);
+    assert_eq!(
+        std::fs::read_to_string(outside.join("precious")).unwrap(),
+        "keep",
+        "removal went into a bind mount"
+    );
+    assert!(!held.is_empty(), "{held:?}");
+}

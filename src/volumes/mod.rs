@@ -27,7 +27,7 @@ pub use teardown::{Held, Plugin, SystemUnmount, TeardownState, Unmount, Why, can
 
 use crate::pod::PodUid;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -99,10 +99,53 @@ pub fn list_volume_dirs(root_dir: &Path, uid: &PodUid) -> std::io::Result<Vec<Vo
     Ok(out)
 }
 
+/// The root dir as mountinfo may show paths below it: as configured and through its canonical
+/// path (mountinfo has resolved paths). Resolved once; nothing below the root dir is touched
+/// (a stat inside a dead NFS mount would hang).
+#[derive(Debug, Clone)]
+pub struct RootDir {
+    given: PathBuf,
+    canonical: Option<PathBuf>,
+}
+
+impl RootDir {
+    pub fn new(given: &Path) -> Self {
+        RootDir {
+            given: given.to_owned(),
+            canonical: std::fs::canonicalize(given).ok().filter(|c| c != given),
+        }
+    }
+
+    /// `mount_point` relative to `dir` (a path below the root dir), when at or below it: a
+    /// comparison of path components only.
+    pub fn rel<'m>(&self, mount_point: &'m Path, dir: &Path) -> Option<&'m Path> {
+        if let Ok(r) = mount_point.strip_prefix(dir) {
+            return Some(r);
+        }
+        let tail = dir.strip_prefix(&self.given).ok()?;
+        mount_point
+            .strip_prefix(self.canonical.as_ref()?.join(tail))
+            .ok()
+    }
+
+    /// Every mount point at or below `dir`, relative to it, one per mountinfo line (a path
+    /// mounted twice is listed twice).
+    pub fn mounts_under<'m>(&self, dir: &Path, mounts: &'m [MountInfo]) -> Vec<&'m Path> {
+        mounts
+            .iter()
+            .filter_map(|m| self.rel(&m.mount_point, dir))
+            .collect()
+    }
+}
+
 /// The volumes of `dirs` that are (or have something) mounted, per `mounts`.
-pub fn mounted<'a>(dirs: &'a [VolumeDir], mounts: &[MountInfo]) -> Vec<&'a VolumeDir> {
+pub fn mounted<'a>(
+    root: &RootDir,
+    dirs: &'a [VolumeDir],
+    mounts: &[MountInfo],
+) -> Vec<&'a VolumeDir> {
     dirs.iter()
-        .filter(|d| mounts.iter().any(|m| m.mount_point.starts_with(&d.path)))
+        .filter(|d| !root.mounts_under(&d.path, mounts).is_empty())
         .collect()
 }
 
@@ -119,53 +162,106 @@ pub fn still_mounted(root_dir: &Path, uid: &PodUid, mountinfo: &Path) -> Vec<Str
         Ok(m) => m,
         Err(e) => return vec![format!("<cannot read {}: {e}>", mountinfo.display())],
     };
-    mounted(&dirs, &mounts)
+    mounted(&RootDir::new(root_dir), &dirs, &mounts)
         .into_iter()
         .map(|d| d.name.clone())
         .collect()
 }
 
-/// How a terminated pod's volumes are settled.
-pub struct Settle<'a> {
-    pub root_dir: &'a Path,
-    pub uid: &'a PodUid,
-    pub mountinfo: &'a Path,
+/// How a terminated pod's volumes are settled. Owned, so each check runs on a blocking
+/// thread.
+#[derive(Clone)]
+pub struct Settle {
+    pub root_dir: PathBuf,
+    pub uid: PodUid,
+    pub mountinfo: PathBuf,
     /// Poll period (kubelet: 100–300 ms).
     pub poll: Duration,
     /// Give up (and report) after this long (kubelet: 2 min 3 s); zero checks once.
     pub bound: Duration,
-    /// Whether reaplet is the active agent now (asked before every pass): then node-local
-    /// volumes are torn down, else only waited for.
-    pub active: &'a (dyn Fn() -> bool + Send + Sync),
-    pub unmounter: &'a dyn Unmount,
-    pub state: &'a Mutex<TeardownState>,
-    /// Called once per path whose unmount failed.
-    pub report: &'a (dyn Fn(&Held) + Send + Sync),
+    /// Whether reaplet is the active agent now (asked before every pass, and within it before
+    /// every unmount and removal): then node-local volumes are torn down, else only waited for.
+    pub active: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub unmounter: Arc<dyn Unmount>,
+    /// The pod's teardown memory (backoffs, what was last logged), kept across settles.
+    pub state: Arc<Mutex<TeardownState>>,
+    /// Called once per path whose unmount or removal failed.
+    pub report: Arc<dyn Fn(&Held) + Send + Sync>,
+}
+
+impl Settle {
+    /// One check on a blocking thread (file system calls may block: a stat inside a dead NFS
+    /// mount never returns). A check still running from before is not doubled: the state is
+    /// busy, and that is what this one reports.
+    fn check(&self) -> tokio::task::JoinHandle<Vec<Held>> {
+        let s = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let Ok(mut state) = s.state.try_lock() else {
+                return vec![busy(&s.root_dir, &s.uid)];
+            };
+            if (s.active)() {
+                let active = || (s.active)();
+                teardown::pass(
+                    &s.root_dir,
+                    &s.uid,
+                    &s.mountinfo,
+                    &*s.unmounter,
+                    &mut state,
+                    Instant::now(),
+                    &active,
+                    &mut |h| (s.report)(h),
+                )
+            } else {
+                held_passive(&s.root_dir, &s.uid, &s.mountinfo)
+            }
+        })
+    }
+}
+
+/// A check that has not returned (a file system call blocked in the kernel).
+fn busy(root_dir: &Path, uid: &PodUid) -> Held {
+    Held {
+        volume: String::new(),
+        plugin: String::new(),
+        why: Why::Io {
+            path: pod_dir(root_dir, uid),
+            error: "a volume check has not returned (a file system call is blocked)".into(),
+        },
+    }
 }
 
 /// Until no volume of the pod is mounted: tears down node-local volumes while active, waits
 /// for the rest, polling every `poll`, for at most `bound`. Logs the set still there when it
-/// changes (one line per decision, not per poll).
-pub async fn settle(s: Settle<'_>) -> Result<(), VolumeError> {
+/// changes, across settles too (one line per decision, not per poll or retry).
+pub async fn settle(s: Settle) -> Result<(), VolumeError> {
     let start = Instant::now();
-    let mut last: Vec<Held> = Vec::new();
+    let deadline = start + s.bound;
     loop {
-        let now = if (s.active)() {
-            let mut state = s.state.lock().unwrap_or_else(|e| e.into_inner());
-            teardown::pass(
-                s.root_dir,
-                s.uid,
-                s.mountinfo,
-                s.unmounter,
-                &mut state,
-                Instant::now(),
-                &mut |h| (s.report)(h),
-            )
-        } else {
-            held_passive(s.root_dir, s.uid, s.mountinfo)
+        let mut job = s.check();
+        let now =
+            match tokio::time::timeout_at(deadline.max(Instant::now() + s.poll), &mut job).await {
+                Ok(Ok(held)) => held,
+                Ok(Err(e)) => vec![Held {
+                    volume: String::new(),
+                    plugin: String::new(),
+                    why: Why::Io {
+                        path: pod_dir(&s.root_dir, &s.uid),
+                        error: format!("volume check failed: {e}"),
+                    },
+                }],
+                // hung: report; the thread finishes (or not) on its own
+                Err(_) => vec![busy(&s.root_dir, &s.uid)],
+            };
+        let changed = {
+            let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = st.last != now;
+            if changed {
+                st.last = now.clone();
+            }
+            changed
         };
         if now.is_empty() {
-            if !last.is_empty() {
+            if changed {
                 tracing::info!(
                     waitedMs = start.elapsed().as_millis() as u64,
                     "pod volumes unmounted"
@@ -173,17 +269,16 @@ pub async fn settle(s: Settle<'_>) -> Result<(), VolumeError> {
             }
             return Ok(());
         }
-        if now != last {
+        if changed {
             let names: Vec<&str> = now.iter().map(|h| h.volume.as_str()).collect();
             tracing::info!(volumes = ?names, detail = %list(&now),
                 "waiting for pod volumes to be unmounted");
-            last = now;
         }
-        if start.elapsed() >= s.bound {
+        if Instant::now() >= deadline {
             return Err(VolumeError::StillMounted {
                 uid: s.uid.to_string(),
                 waited: start.elapsed(),
-                volumes: last,
+                volumes: now,
             });
         }
         tokio::time::sleep(s.poll).await;

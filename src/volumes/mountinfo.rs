@@ -23,7 +23,11 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
 /// Reads and parses a mountinfo file (`/proc/self/mountinfo` in production, a fixture in
 /// tests).
 pub fn read_mountinfo(path: &Path) -> std::io::Result<Vec<MountInfo>> {
-    Ok(parse_mountinfo(&std::fs::read_to_string(path)?))
+    // bytes, not a string: one mount point that is not UTF-8 anywhere on the node must not
+    // make the whole table unreadable
+    Ok(parse_mountinfo(&String::from_utf8_lossy(&std::fs::read(
+        path,
+    )?)))
 }
 
 /// Undoes the kernel's escapes in mountinfo paths (`seq_file`'s `mangle`: `\040` space,

@@ -95,12 +95,14 @@ pub fn remove_orphan_pod_dir(
     // only empty directories are removed below volumes/: anything else may be a volume's
     // data (a mount this scan did not see, a bind mount on the same filesystem), and is never
     // deleted
-    Ok(match remove_tree(&dir, Some(&dir.join("volumes")))? {
-        Tree::Removed => OrphanDir::Removed,
-        Tree::OtherDevice(p) => OrphanDir::Mounted(vec![p]),
-        Tree::Data(p) => OrphanDir::VolumeData(p),
-        Tree::NotADirectory => OrphanDir::NotADirectory,
-    })
+    Ok(
+        match remove_tree(&dir, Removal::NoFilesBelow(&dir.join("volumes")))? {
+            Tree::Removed => OrphanDir::Removed,
+            Tree::OtherDevice(p) => OrphanDir::Mounted(vec![p]),
+            Tree::Data(p) => OrphanDir::VolumeData(p),
+            Tree::NotADirectory => OrphanDir::NotADirectory,
+        },
+    )
 }
 
 /// What [`remove_tree`] did.
@@ -108,21 +110,41 @@ pub fn remove_orphan_pod_dir(
 pub enum Tree {
     /// Removed, or already gone.
     Removed,
-    /// A directory on another device (a mount) at this path, relative to the tree: nothing
+    /// A mount at this path, relative to the tree (another mount ID, or another device): nothing
     /// was removed.
     OtherDevice(PathBuf),
-    /// Something other than a directory below the protected subtree (relative path): nothing
-    /// was removed.
+    /// Something the policy keeps at this path (relative): nothing was removed.
     Data(PathBuf),
     /// The tree's root is not a plain directory (a symlink, a file): left alone.
     NotADirectory,
 }
 
-/// Removes the directory `dir` and everything below it on its own filesystem
-/// (`RemoveAllOneFilesystem`): the whole tree is scanned first, and nothing is removed when a
-/// directory on another device is found, or anything but a directory below `keep_data` (when
-/// given). Symlinks are unlinked, never followed; ENOENT means done.
-pub fn remove_tree(dir: &Path, keep_data: Option<&Path>) -> std::io::Result<Tree> {
+/// What [`remove_tree`] may remove besides directories and symlinks.
+#[derive(Debug, Clone, Copy)]
+pub enum Removal<'a> {
+    /// Every file (an emptyDir's data goes with its pod).
+    Everything,
+    /// Only empty regular files (the kubelet's own placeholders: subPath bind mount targets).
+    EmptyFilesOnly,
+    /// No file below this path (a volume's data is never deleted); any file elsewhere.
+    NoFilesBelow(&'a Path),
+}
+
+/// The mount an entry is on, by `statx` mount ID (Linux 5.8+); `None` where the kernel does not
+/// say (then only the device number tells mounts apart).
+fn mount_id(path: &Path) -> Option<u64> {
+    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    let st = statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::MNT_ID).ok()?;
+    (st.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(st.stx_mnt_id)
+}
+
+/// Removes the directory `dir` and everything below it on its own mount
+/// (`RemoveAllOneFilesystem`), as `policy` allows: the whole tree is scanned first, and nothing
+/// is removed when any entry is on another mount (its `statx` mount ID differs from the root's,
+/// which catches a bind mount of the same filesystem that no mountinfo snapshot showed, or its
+/// device differs) or is a file the policy keeps. Symlinks are unlinked, never followed; ENOENT
+/// means done.
+pub fn remove_tree(dir: &Path, policy: Removal<'_>) -> std::io::Result<Tree> {
     use std::os::unix::fs::MetadataExt;
     let meta = match std::fs::symlink_metadata(dir) {
         Ok(m) => m,
@@ -132,8 +154,9 @@ pub fn remove_tree(dir: &Path, keep_data: Option<&Path>) -> std::io::Result<Tree
     if !meta.file_type().is_dir() {
         return Ok(Tree::NotADirectory);
     }
-    // scan first (children before parents), refusing any other filesystem
+    // scan first (children before parents), refusing any other mount
     let dev = meta.dev();
+    let mnt = mount_id(dir);
     let mut order: Vec<(PathBuf, bool)> = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), false)];
     while let Some((d, visited)) = stack.pop() {
@@ -155,17 +178,26 @@ pub fn remove_tree(dir: &Path, keep_data: Option<&Path>) -> std::io::Result<Tree
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(err) => return Err(err),
             };
-            let rel = || e.path().strip_prefix(dir).unwrap_or(&e.path()).to_owned();
-            if m.file_type().is_dir() {
-                if m.dev() != dev {
-                    return Ok(Tree::OtherDevice(rel()));
-                }
-                stack.push((e.path(), false));
-            } else if keep_data.is_some_and(|k| e.path().starts_with(k)) {
-                return Ok(Tree::Data(rel()));
-            } else {
-                order.push((e.path(), false));
+            let path = e.path();
+            let rel = || path.strip_prefix(dir).unwrap_or(&path).to_owned();
+            let symlink = m.file_type().is_symlink();
+            // a symlink is never a mount point; anything else may be (a file bind mount too)
+            if !symlink && (m.dev() != dev || (mnt.is_some() && mount_id(&path) != mnt)) {
+                return Ok(Tree::OtherDevice(rel()));
             }
+            if m.file_type().is_dir() {
+                stack.push((path, false));
+                continue;
+            }
+            let keep = match policy {
+                Removal::Everything => false,
+                Removal::EmptyFilesOnly => !(symlink || m.file_type().is_file() && m.len() == 0),
+                Removal::NoFilesBelow(k) => path.starts_with(k),
+            };
+            if keep {
+                return Ok(Tree::Data(rel()));
+            }
+            order.push((path, false));
         }
     }
     for (p, is_dir) in order {

@@ -9,25 +9,39 @@
 //!   Fibre Channel, ...) is never touched, mounted or not: its unmount or detach needs its
 //!   driver or the attach/detach controller. A mounted one is reported ([`Why::NotNodeLocal`])
 //!   and the pod waits for it;
-//! * subPath bind mounts under `pods/<uid>/volume-subpaths` are unmounted whatever the plugin
-//!   (they are the kubelet's own bind mounts of a path inside the volume, not the volume);
+//! * only the kubelet's own mount points are unmounted: a node-local volume's directory itself,
+//!   and `volume-subpaths/<volume>/<container>/<index>` (subPath bind mounts, whatever the
+//!   plugin: they are the kubelet's bind mounts of a path inside the volume). Anything mounted
+//!   below one of them is never unmounted and holds the pod ([`Why::Nested`]): a subPath of a
+//!   shared source (a hostPath, a CSI volume with submounts) is in the source's peer group, and
+//!   unmounting a mount that propagated into it would unmount it in the source too;
+//! * a volume with a subPath still mounted is not torn down (as the kubelet's `CleanSubPaths`
+//!   failing stops the volume's teardown);
 //! * every path is the root dir joined with the validated UID and directory entry names; every
-//!   component below the root dir is checked with `lstat` to be a real directory (the last one
-//!   of a subPath may be a file) before anything is unmounted or removed, a symlink anywhere
-//!   stops it ([`Why::Unsafe`]), and the unmount itself never follows a symlink
-//!   (`UMOUNT_NOFOLLOW`). What is unmounted is what mountinfo lists below that checked path;
-//! * a directory is removed only after mountinfo shows nothing mounted below it, on its own
-//!   filesystem only, symlinks unlinked and never followed ([`super::remove_tree`]);
+//!   component below the root dir is checked with `lstat` to be a real directory (a subPath's
+//!   last one may be a file) before it is unmounted, a symlink anywhere stops it
+//!   ([`Why::Unsafe`]), and the unmount itself never follows a symlink (`UMOUNT_NOFOLLOW`, on the
+//!   path itself: never with a trailing slash, which makes the kernel follow one). Mount points
+//!   are matched to those paths by components only ([`super::RootDir`]): nothing is stat'ed
+//!   inside a mount (a dead NFS server would hang it);
+//! * a directory is removed only after mountinfo, read again, shows nothing mounted below it,
+//!   and only on its own mount: every entry's `statx` mount ID is compared with the
+//!   directory's, so a bind mount no snapshot showed is never entered ([`super::remove_tree`]);
+//!   below `volume-subpaths` only directories and empty files go (the kubelet's placeholders);
+//! * the authority is asked again before every unmount and removal: a hand-back mid-pass stops
+//!   it there;
 //! * idempotent: EINVAL (no longer a mount point) and ENOENT mean done, so a kubelet that comes
 //!   back and tears down the same volume meets no error, nor does reaplet after it. A failed
-//!   unmount is retried with backoff (1 s doubling to 30 s) and reported once per path.
+//!   unmount or removal is retried with backoff (1 s doubling to 30 s) and reported once per
+//!   path.
 //!
 //! Left out: the kubelet's `.deleting~` rename before removing an emptyDir, and block volumes
 //! (`volumeDevices/`), which are never node-local.
 
-use super::{MountInfo, list_volume_dirs, mounts_below, orphan, pod_dir, read_mountinfo};
+use super::orphan::{self, Removal};
+use super::{MountInfo, RootDir, list_volume_dirs, pod_dir, read_mountinfo};
 use crate::pod::PodUid;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -87,6 +101,10 @@ pub enum Why {
     Unsafe { path: PathBuf },
     /// Reading the directory or mountinfo, or removing, failed.
     Io { path: PathBuf, error: String },
+    /// Something is mounted below one of the kubelet's mount points: never unmounted.
+    Nested { path: PathBuf },
+    /// A subPath of this volume is still mounted: the volume waits for it.
+    SubPathMounted,
 }
 
 /// A volume still present after a pass, and why.
@@ -129,6 +147,17 @@ impl std::fmt::Display for Held {
             Why::Io { path, error } => {
                 write!(f, "{}{plugin}: {}: {error}", self.volume, path.display())
             }
+            Why::Nested { path } => write!(
+                f,
+                "{}{plugin}: {} is mounted below the kubelet's mount point; never unmounted",
+                self.volume,
+                path.display()
+            ),
+            Why::SubPathMounted => write!(
+                f,
+                "{}{plugin}: a subPath of it is still mounted",
+                self.volume
+            ),
         }
     }
 }
@@ -155,18 +184,33 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 struct Failure {
     count: u32,
     next: Instant,
-    errno: i32,
+    why: Why,
 }
 
-/// What a pod's teardown remembers between passes: failed unmounts (their backoff; each is
-/// reported once).
+/// What a pod's teardown remembers between passes: failed unmounts and removals (their backoff;
+/// each is reported once), and the set last logged.
 #[derive(Debug, Default)]
 pub struct TeardownState {
     failures: HashMap<PathBuf, Failure>,
+    /// What the last check found still there (logged when it changes, not per check).
+    pub last: Vec<Held>,
+}
+
+fn io_held(volume: &str, plugin: &str, path: &Path, e: &std::io::Error) -> Held {
+    Held {
+        volume: volume.to_owned(),
+        plugin: plugin.to_owned(),
+        why: Why::Io {
+            path: path.to_owned(),
+            error: e.to_string(),
+        },
+    }
 }
 
 /// One pass over a pod's volumes: unmounts and removes what may be, returns what is left.
-/// `report` is called once per path whose unmount failed (the first failure).
+/// `active` is asked before every unmount and removal (a hand-back stops the pass there);
+/// `report` is called once per path whose unmount or removal failed (the first failure).
+#[allow(clippy::too_many_arguments)]
 pub fn pass(
     root_dir: &Path,
     uid: &PodUid,
@@ -174,6 +218,7 @@ pub fn pass(
     unmounter: &dyn Unmount,
     state: &mut TeardownState,
     now: Instant,
+    active: &dyn Fn() -> bool,
     report: &mut dyn FnMut(&Held),
 ) -> Vec<Held> {
     let dir = pod_dir(root_dir, uid);
@@ -192,245 +237,353 @@ pub fn pass(
             Err(e) => return vec![io_held("", "", &p, &e)],
         }
     }
-    let mut mounts = match read_mountinfo(mountinfo) {
+    let subpaths = dir.join("volume-subpaths");
+    let subpaths_meta = match std::fs::symlink_metadata(&subpaths) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return vec![io_held("volume-subpaths", "", &subpaths, &e)],
+    };
+    let dirs = match list_volume_dirs(root_dir, uid) {
+        Ok(d) => d,
+        Err(e) => return vec![io_held("", "", &dir.join("volumes"), &e)],
+    };
+    if dirs.is_empty() && subpaths_meta.is_none() {
+        return Vec::new();
+    }
+    let mounts = match read_mountinfo(mountinfo) {
         Ok(m) => m,
         Err(e) => return vec![io_held("", "", mountinfo, &e)],
     };
     let mut t = Pass {
+        root: RootDir::new(root_dir),
         mountinfo,
+        mounts,
         unmounter,
         state,
         now,
+        active,
         report,
-        unmounted: false,
     };
     let mut held = Vec::new();
-    // subPaths first, as the kubelet's CleanSubPaths: they hold the volume busy
-    let subpaths = dir.join("volume-subpaths");
-    match std::fs::symlink_metadata(&subpaths) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => held.push(io_held("volume-subpaths", "", &subpaths, &e)),
-        Ok(m) if !m.file_type().is_dir() => held.push(Held {
+    // subPaths first, as the kubelet's CleanSubPaths: they hold their volume
+    let mut busy_volumes = BTreeSet::new();
+    match subpaths_meta {
+        None => {}
+        Some(m) if !m.file_type().is_dir() => held.push(Held {
             volume: "volume-subpaths".into(),
             plugin: String::new(),
             why: Why::Unsafe {
                 path: subpaths.clone(),
             },
         }),
-        Ok(_) => {
-            if let Some(h) = t.clear("volume-subpaths", "", &subpaths, &mut mounts, true) {
+        Some(_) => {
+            for h in t.clear_subpaths(&subpaths) {
+                busy_volumes.insert(h.volume.clone());
                 held.push(h);
             }
         }
     }
-    let dirs = match list_volume_dirs(root_dir, uid) {
-        Ok(d) => d,
-        Err(e) => {
-            held.push(io_held("", "", &dir.join("volumes"), &e));
-            return held;
-        }
-    };
     for v in dirs {
-        let plugin_dir = v.name.split('/').next().unwrap_or_default();
+        let (plugin_dir, volume) = v.name.split_once('/').unwrap_or((&v.name, ""));
         let plugin = Plugin::from_dir(plugin_dir);
+        let hold = |why| Held {
+            volume: v.name.clone(),
+            plugin: plugin.name().to_owned(),
+            why,
+        };
         if !plugin.node_local() {
-            if !mounts_below(&v.path, &mounts).is_empty() {
-                held.push(Held {
-                    volume: v.name.clone(),
-                    plugin: plugin.name().to_owned(),
-                    why: Why::NotNodeLocal,
-                });
+            if !t.root.mounts_under(&v.path, &t.mounts).is_empty() {
+                held.push(hold(Why::NotNodeLocal));
             }
             continue;
         }
-        if let Some(h) = t.clear(&v.name, plugin.name(), &v.path, &mut mounts, false) {
-            held.push(h);
+        if busy_volumes.contains(&format!("volume-subpaths/{volume}")) {
+            held.push(hold(Why::SubPathMounted));
+            continue;
+        }
+        if let Some(why) = t.clear_volume(&v.path) {
+            held.push(hold(why));
         }
     }
     held
 }
 
-fn io_held(volume: &str, plugin: &str, path: &Path, e: &std::io::Error) -> Held {
-    Held {
-        volume: volume.to_owned(),
-        plugin: plugin.to_owned(),
-        why: Why::Io {
-            path: path.to_owned(),
-            error: e.to_string(),
-        },
-    }
-}
-
 struct Pass<'a> {
+    root: RootDir,
     mountinfo: &'a Path,
+    mounts: Vec<MountInfo>,
     unmounter: &'a dyn Unmount,
     state: &'a mut TeardownState,
     now: Instant,
+    active: &'a dyn Fn() -> bool,
     report: &'a mut dyn FnMut(&Held),
-    /// An unmount succeeded in this pass: mountinfo must be read again before removing.
-    unmounted: bool,
 }
 
 impl Pass<'_> {
-    /// Unmounts everything mounted below `dir` (deepest first), then removes `dir` once
-    /// mountinfo shows nothing below it. `files_at_leaves`: a subPath's mount point may be a
-    /// file. Returns why it is still there, if it is.
-    fn clear(
-        &mut self,
-        volume: &str,
-        plugin: &str,
-        dir: &Path,
-        mounts: &mut Vec<MountInfo>,
-        files_at_leaves: bool,
-    ) -> Option<Held> {
-        let held = |why| Held {
-            volume: volume.to_owned(),
-            plugin: plugin.to_owned(),
-            why,
-        };
-        let mut below = mounts_below(dir, mounts);
-        // deepest first; a mount stacked twice on one path is listed (and unmounted) twice
-        below.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        let mut waiting = None;
-        for rel in &below {
-            let target = dir.join(rel);
-            if let Some(unsafe_path) = first_unsafe(dir, rel, files_at_leaves) {
-                return Some(held(Why::Unsafe { path: unsafe_path }));
-            }
-            if let Some(f) = self.state.failures.get(&target)
-                && f.next > self.now
-            {
-                waiting.get_or_insert(Why::UnmountFailed {
-                    path: target.clone(),
-                    errno: f.errno,
-                });
-                continue;
-            }
-            match self.unmounter.unmount(&target) {
-                Ok(()) => {
-                    self.unmounted = true;
-                    self.state.failures.remove(&target);
-                }
-                // no longer a mount point, or gone: done
-                Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOENT => {
-                    self.state.failures.remove(&target);
-                }
-                Err(e) => {
-                    let errno = e.raw_os_error();
-                    let f = self
-                        .state
-                        .failures
-                        .entry(target.clone())
-                        .or_insert(Failure {
-                            count: 0,
-                            next: self.now,
-                            errno,
-                        });
-                    f.count += 1;
-                    f.errno = errno;
-                    let exp = f.count.saturating_sub(1).min(16);
-                    f.next = self.now + RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
-                    let why = Why::UnmountFailed {
-                        path: target.clone(),
-                        errno,
-                    };
-                    if f.count == 1 {
-                        (self.report)(&held(why.clone()));
-                    }
-                    waiting.get_or_insert(why);
-                }
-            }
-        }
-        if let Some(why) = waiting {
-            return Some(held(why));
-        }
-        if self.unmounted {
-            self.unmounted = false;
-            match read_mountinfo(self.mountinfo) {
-                Ok(m) => *mounts = m,
-                Err(e) => return Some(io_held(volume, plugin, dir, &e)),
-            }
-        }
-        self.remove(volume, plugin, dir, mounts)
+    /// Still backing off from a failure at `key`: why.
+    fn backing_off(&self, key: &Path) -> Option<Why> {
+        self.state
+            .failures
+            .get(key)
+            .filter(|f| f.next > self.now)
+            .map(|f| f.why.clone())
     }
 
-    fn remove(&self, volume: &str, plugin: &str, dir: &Path, mounts: &[MountInfo]) -> Option<Held> {
+    /// Records a failure at `key` (backoff; reported the first time).
+    fn failed(&mut self, key: &Path, held: Held) -> Why {
+        let f = self
+            .state
+            .failures
+            .entry(key.to_owned())
+            .or_insert(Failure {
+                count: 0,
+                next: self.now,
+                why: held.why.clone(),
+            });
+        f.count += 1;
+        f.why = held.why.clone();
+        let exp = f.count.saturating_sub(1).min(16);
+        f.next = self.now + RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
+        if f.count == 1 {
+            (self.report)(&held);
+        }
+        held.why
+    }
+
+    fn reread(&mut self) -> Result<(), std::io::Error> {
+        self.mounts = read_mountinfo(self.mountinfo)?;
+        Ok(())
+    }
+
+    /// Unmounts `target` as many times as mountinfo lists it (a path mounted twice is two
+    /// lines). `None` when done; else why not.
+    fn unmount(
+        &mut self,
+        volume: &str,
+        target: &Path,
+        times: usize,
+        file_leaf: bool,
+    ) -> Option<Why> {
+        if let Some(why) = self.backing_off(target) {
+            return Some(why);
+        }
+        if !(self.active)() {
+            return Some(Why::Mounted);
+        }
+        if let Some(path) = first_unsafe(target, file_leaf) {
+            return Some(Why::Unsafe { path });
+        }
+        for _ in 0..times {
+            match self.unmounter.unmount(target) {
+                Ok(()) => {}
+                // no longer a mount point, or gone: done
+                Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOENT => break,
+                Err(e) => {
+                    let why = Why::UnmountFailed {
+                        path: target.to_owned(),
+                        errno: e.raw_os_error(),
+                    };
+                    let held = Held {
+                        volume: volume.to_owned(),
+                        plugin: String::new(),
+                        why,
+                    };
+                    return Some(self.failed(target, held));
+                }
+            }
+        }
+        self.state.failures.remove(target);
+        None
+    }
+
+    /// Removes `dir` once mountinfo (read again) shows nothing below it. `None` when done.
+    fn remove(&mut self, volume: &str, dir: &Path, policy: Removal<'_>) -> Option<Why> {
+        if let Some(why) = self.backing_off(dir) {
+            return Some(why);
+        }
+        if let Err(e) = self.reread() {
+            return Some(io_held(volume, "", self.mountinfo, &e).why);
+        }
+        if let Some(rel) = self.root.mounts_under(dir, &self.mounts).first() {
+            // mounted again since (or stacked deeper than listed): the next pass
+            return Some(Why::Nested {
+                path: dir.join(rel),
+            });
+        }
+        if !(self.active)() {
+            return Some(Why::Mounted);
+        }
         let held = |why| Held {
             volume: volume.to_owned(),
-            plugin: plugin.to_owned(),
+            plugin: String::new(),
             why,
         };
-        if let Some(rel) = mounts_below(dir, mounts).into_iter().next() {
-            // still mounted after the unmounts (a mount stacked again): the next pass
-            return Some(held(Why::UnmountFailed {
-                path: dir.join(rel),
-                errno: rustix::io::Errno::BUSY.raw_os_error(),
-            }));
-        }
-        match orphan::remove_tree(dir, None) {
-            Ok(orphan::Tree::Removed) | Ok(orphan::Tree::NotADirectory) => None,
-            Ok(orphan::Tree::OtherDevice(rel)) | Ok(orphan::Tree::Data(rel)) => {
-                Some(held(Why::UnmountFailed {
-                    path: dir.join(rel),
-                    errno: rustix::io::Errno::BUSY.raw_os_error(),
-                }))
+        match orphan::remove_tree(dir, policy) {
+            Ok(orphan::Tree::Removed) | Ok(orphan::Tree::NotADirectory) => {
+                self.state.failures.remove(dir);
+                None
             }
-            Err(e) => Some(io_held(volume, plugin, dir, &e)),
+            Ok(orphan::Tree::OtherDevice(rel)) => Some(self.failed(
+                dir,
+                held(Why::Nested {
+                    path: dir.join(rel),
+                }),
+            )),
+            Ok(orphan::Tree::Data(rel)) => Some(self.failed(
+                dir,
+                held(Why::Unsafe {
+                    path: dir.join(rel),
+                }),
+            )),
+            Err(e) => Some(self.failed(dir, io_held(volume, "", dir, &e))),
         }
+    }
+
+    /// A node-local volume: unmounts its directory (only that mount point), then removes it.
+    fn clear_volume(&mut self, dir: &Path) -> Option<Why> {
+        let under = self.root.mounts_under(dir, &self.mounts);
+        let at = under.iter().filter(|r| r.as_os_str().is_empty()).count();
+        if let Some(nested) = under.iter().find(|r| !r.as_os_str().is_empty()) {
+            // mounted below the volume's own mount point: never ours to unmount
+            return Some(Why::Nested {
+                path: dir.join(nested),
+            });
+        }
+        let volume = dir.display().to_string();
+        if at > 0
+            && let Some(why) = self.unmount(&volume, dir, at, false)
+        {
+            return Some(why);
+        }
+        self.remove(&volume, dir, Removal::Everything)
+    }
+
+    /// The subPath bind mounts (`<volume>/<container>/<index>`, and only those), then the
+    /// tree. Returns what is held, each named `volume-subpaths/<volume>`.
+    fn clear_subpaths(&mut self, base: &Path) -> Vec<Held> {
+        let mut targets: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        let mut held: BTreeMap<String, Why> = BTreeMap::new();
+        let name = |rel: &Path| {
+            let v = rel
+                .components()
+                .next()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("volume-subpaths/{v}")
+        };
+        for rel in self.root.mounts_under(base, &self.mounts) {
+            if rel.components().count() == 3
+                && rel
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                *targets.entry(rel.to_owned()).or_default() += 1;
+            } else {
+                held.entry(name(rel)).or_insert(Why::Nested {
+                    path: base.join(rel),
+                });
+            }
+        }
+        for (rel, times) in targets {
+            let volume = name(&rel);
+            if held.contains_key(&volume) {
+                continue;
+            }
+            if let Some(why) = self.unmount(&volume, &base.join(&rel), times, true) {
+                held.insert(volume, why);
+            }
+        }
+        if held.is_empty()
+            && let Some(why) = self.remove("volume-subpaths", base, Removal::EmptyFilesOnly)
+        {
+            held.insert("volume-subpaths".into(), why);
+        }
+        held.into_iter()
+            .map(|(volume, why)| Held {
+                volume,
+                plugin: String::new(),
+                why,
+            })
+            .collect()
     }
 }
 
-/// The first path from `dir` down to `dir/rel` that is not a real directory (a symlink, or a
-/// file where a directory must be; with `file_leaf` the last one may be a regular file), if any.
-/// A component that is gone is no danger: the unmount then answers ENOENT.
-fn first_unsafe(dir: &Path, rel: &Path, file_leaf: bool) -> Option<PathBuf> {
-    let mut p = dir.to_path_buf();
-    let n = rel.components().count();
-    let check = |p: &Path, leaf: bool| match std::fs::symlink_metadata(p) {
-        Ok(m) if m.file_type().is_dir() => true,
-        Ok(m) => leaf && file_leaf && m.file_type().is_file(),
-        Err(_) => true,
-    };
-    if !check(&p, n == 0) {
-        return Some(p);
-    }
-    for (i, c) in rel.components().enumerate() {
-        match c {
-            std::path::Component::Normal(c) => p.push(c),
-            _ => return Some(dir.join(rel)),
-        }
-        if !check(&p, i + 1 == n) {
-            return Some(p);
+/// The first path from the pod's directory down to `target` that is not a real directory (a
+/// symlink, or a file where a directory must be; with `file_leaf` the target itself may be a
+/// regular file), if any. A component that is gone is no danger: the unmount answers ENOENT.
+/// Only the directories the kubelet made are looked at, never anything inside a mount but the
+/// mount point itself.
+fn first_unsafe(target: &Path, file_leaf: bool) -> Option<PathBuf> {
+    // `pods/<uid>/volumes/<plugin>/<volume>` or `pods/<uid>/volume-subpaths/<v>/<c>/<i>`: the
+    // components from `<uid>` down (the pod dir and above were checked by the pass)
+    let depth = if file_leaf { 4 } else { 3 };
+    let mut chain: Vec<&Path> = target.ancestors().take(depth).collect();
+    chain.reverse();
+    let n = chain.len();
+    for (i, p) in chain.into_iter().enumerate() {
+        let leaf = i + 1 == n;
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(m) if leaf && file_leaf && m.file_type().is_file() => {}
+            Ok(_) => return Some(p.to_owned()),
+            Err(_) => {}
         }
     }
     None
 }
 
 /// Whether this process can tear volumes down for the host: it must be in the host's mount
-/// namespace (an unmount in a namespace of its own never reaches the host's) and hold
-/// `CAP_SYS_ADMIN`. Read from `proc` (`/proc`; a fixture in tests): the root mount of
-/// `self/mountinfo` is a slave (`master:N`) in a namespace a service manager linked back to the
-/// host (systemd's `ProtectSystem=`, `PrivateTmp=`, ...), and `CapEff` of `self/status` has bit
-/// 21. `Err` says why not.
-pub fn can_tear_down(proc: &Path) -> Result<(), String> {
+/// namespace (an unmount in a namespace of its own never reaches the host's, and a later rmdir
+/// there detaches the host's mount for good) and hold `CAP_SYS_ADMIN`. Read from `proc`
+/// (`/proc`; a fixture in tests): where `self/ns/mnt` and `1/ns/mnt` are both readable they
+/// must be the same namespace (root may not read init's: ptrace rules). Else the root mount of
+/// `self/mountinfo` decides: never a slave (`master:N`: a namespace a service manager linked
+/// back to the host, as systemd's `ProtectSystem=`, `PrivateTmp=`, ... do), and, when systemd is
+/// init (`init_is_systemd`: it makes the host's root mount shared), `shared` (a private one is
+/// a namespace of its own, as `unshare -m` makes; without systemd the host's root may be
+/// private too, so that is not told apart). And `CapEff` of `self/status` must have bit 21.
+/// `Err` says why not.
+pub fn can_tear_down(proc: &Path, init_is_systemd: bool) -> Result<(), String> {
     use procfs::process::MountOptFields;
-    let mi = proc.join("self/mountinfo");
-    let mounts = read_mountinfo(&mi).map_err(|e| format!("{}: {e}", mi.display()))?;
-    let root = mounts
-        .iter()
-        .rev()
-        .find(|m| m.mount_point == Path::new("/"))
-        .ok_or_else(|| format!("{}: no root mount", mi.display()))?;
-    if root
-        .opt_fields
-        .iter()
-        .any(|f| matches!(f, MountOptFields::Master(_)))
-    {
-        return Err(
-            "in a mount namespace of its own (the root mount is a slave of the host's): an \
-             unmount here would not reach the host"
-                .into(),
-        );
+    let ns = |pid: &str| std::fs::read_link(proc.join(pid).join("ns/mnt")).ok();
+    match (ns("self"), ns("1")) {
+        (Some(me), Some(init)) if me != init => {
+            return Err(format!(
+                "in a mount namespace of its own ({}, the host's is {}): an unmount here would \
+                 not reach the host",
+                me.display(),
+                init.display()
+            ));
+        }
+        (Some(_), Some(_)) => {}
+        _ => {
+            let mi = proc.join("self/mountinfo");
+            let mounts = read_mountinfo(&mi).map_err(|e| format!("{}: {e}", mi.display()))?;
+            let root = mounts
+                .iter()
+                .rev()
+                .find(|m| m.mount_point == Path::new("/"))
+                .ok_or_else(|| format!("{}: no root mount", mi.display()))?;
+            let shared = root
+                .opt_fields
+                .iter()
+                .any(|f| matches!(f, MountOptFields::Shared(_)));
+            let slave = root
+                .opt_fields
+                .iter()
+                .any(|f| matches!(f, MountOptFields::Master(_)));
+            if slave || (init_is_systemd && !shared) {
+                return Err(format!(
+                    "in a mount namespace of its own (the root mount is {}): an unmount here \
+                     would not reach the host",
+                    if slave {
+                        "a slave of another"
+                    } else {
+                        "private"
+                    }
+                ));
+            }
+        }
     }
     let st = proc.join("self/status");
     let text = std::fs::read_to_string(&st).map_err(|e| format!("{}: {e}", st.display()))?;

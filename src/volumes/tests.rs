@@ -1,6 +1,6 @@
 use super::mountinfo::unescape;
 use super::*;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const SAMPLE: &str = "\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
@@ -77,21 +77,19 @@ async fn settle_once(
     uid: &PodUid,
     mi: &Path,
     active: bool,
-    unmounter: &dyn Unmount,
+    unmounter: Arc<dyn Unmount>,
     bound: Duration,
 ) -> Result<(), VolumeError> {
-    let state = Mutex::new(TeardownState::default());
-    let active = move || active;
     settle(Settle {
-        root_dir: root,
-        uid,
-        mountinfo: mi,
+        root_dir: root.to_owned(),
+        uid: uid.clone(),
+        mountinfo: mi.to_owned(),
         poll: Duration::from_millis(200),
         bound,
-        active: &active,
+        active: Arc::new(move || active),
         unmounter,
-        state: &state,
-        report: &|_| {},
+        state: Arc::default(),
+        report: Arc::new(|_| {}),
     })
     .await
 }
@@ -111,14 +109,14 @@ async fn wait_is_bounded() {
     )
     .unwrap();
     // passive: only waits, and names what it waited for
-    let never = FakeMounts::new(&mi);
+    let never = Arc::new(FakeMounts::new(&mi));
     let passive = || {
         settle_once(
             root.path(),
             &uid,
             &mi,
             false,
-            &never,
+            never.clone(),
             Duration::from_secs(2),
         )
     };
@@ -261,6 +259,7 @@ impl Layout {
             um,
             state,
             Instant::now(),
+            &|| true,
             &mut |h| reports.push(h.clone()),
         )
     }
@@ -299,8 +298,14 @@ async fn node_local_volumes_are_torn_down_and_others_never_touched() {
             "a network or CSI volume was unmounted: {c:?}"
         );
     }
-    // the subPaths (both, including the CSI one's bind mount) and the five tmpfs volumes
+    // the subPaths (both, including the CSI one's bind mount) and the five tmpfs volumes, each
+    // at its own path: never with a trailing slash (which makes the kernel follow a symlink
+    // in the last component, UMOUNT_NOFOLLOW or not)
     assert_eq!(calls.len(), 7, "{calls:?}");
+    for c in &calls {
+        use std::os::unix::ffi::OsStrExt;
+        assert!(!c.as_os_str().as_bytes().ends_with(b"/"), "{c:?}");
+    }
     assert!(calls[0].to_string_lossy().contains("volume-subpaths"));
     assert!(calls[1].to_string_lossy().contains("volume-subpaths"));
     // node-local directories removed, the others and their data untouched
@@ -395,7 +400,7 @@ async fn symlinks_are_never_followed_or_unmounted_through() {
     assert!(
         held.iter()
             .any(|h| h.volume == "kubernetes.io~configmap/conf"
-                && matches!(h.why, Why::Unsafe { .. })),
+                && matches!(h.why, Why::Unsafe { .. } | Why::Nested { .. })),
         "{held:?}"
     );
     for c in um.calls() {
@@ -410,6 +415,23 @@ async fn symlinks_are_never_followed_or_unmounted_through() {
     assert_eq!(
         std::fs::read_to_string(outside.path().join("precious")).unwrap(),
         "keep"
+    );
+    // a subPath's container directory swapped for a symlink: that mount is never unmounted
+    let l3 = Layout::new();
+    let ctr = pod_dir(l3.root.path(), &l3.uid).join("volume-subpaths/data/app");
+    std::fs::rename(&ctr, l3.root.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(l3.root.path().join("moved"), &ctr).unwrap();
+    let um3 = FakeMounts::new(&l3.mi);
+    let held = l3.pass(&um3, &mut TeardownState::default(), &mut Vec::new());
+    assert!(
+        !um3.calls().iter().any(|c| c.starts_with(&ctr)),
+        "{:?}",
+        um3.calls()
+    );
+    assert!(
+        held.iter()
+            .any(|h| h.volume == "volume-subpaths/data" && matches!(h.why, Why::Unsafe { .. })),
+        "{held:?}"
     );
     // the whole pod directory a symlink: nothing done at all
     let l2 = Layout::new();
@@ -435,13 +457,13 @@ async fn symlinks_are_never_followed_or_unmounted_through() {
 #[tokio::test(start_paused = true)]
 async fn active_settle_tears_down_and_waits_out_the_rest_within_its_bound() {
     let l = Layout::new();
-    let um = FakeMounts::new(&l.mi);
+    let um = Arc::new(FakeMounts::new(&l.mi));
     let r = settle_once(
         l.root.path(),
         &l.uid,
         &l.mi,
         true,
-        &um,
+        um.clone(),
         Duration::from_secs(3),
     )
     .await;
@@ -461,7 +483,7 @@ async fn active_settle_tears_down_and_waits_out_the_rest_within_its_bound() {
     assert!(!l.vols().join("kubernetes.io~secret/creds").exists());
     // the unmount timeout passed with nothing left: done at once
     std::fs::write(&l.mi, "").unwrap();
-    settle_once(l.root.path(), &l.uid, &l.mi, true, &um, Duration::ZERO)
+    settle_once(l.root.path(), &l.uid, &l.mi, true, um, Duration::ZERO)
         .await
         .unwrap();
 }
@@ -584,17 +606,130 @@ fn teardown_needs_the_hosts_mount_namespace_and_cap_sys_admin() {
     // systemd's ProtectSystem=: the namespace's root mount is a slave of the host's
     let service = "300 250 254:0 / / ro,relatime shared:170 master:1 - ext4 /dev/vda rw\n";
     write(host, "000001ffffffffff");
-    assert_eq!(can_tear_down(proc.path()), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true), Ok(()));
     write(service, "000001ffffffffff");
-    let e = can_tear_down(proc.path()).unwrap_err();
+    let e = can_tear_down(proc.path(), true).unwrap_err();
     assert!(e.contains("mount namespace of its own"), "{e}");
     // the unit's old bounding set: CAP_KILL CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER
     write(host, "0000000000000026");
-    let e = can_tear_down(proc.path()).unwrap_err();
+    let e = can_tear_down(proc.path(), true).unwrap_err();
     assert!(e.contains("CAP_SYS_ADMIN"), "{e}");
     write(host, "0000000000200026");
-    assert_eq!(can_tear_down(proc.path()), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true), Ok(()));
+    // `unshare -m`: a private root mount (neither shared nor a slave)
+    write(
+        "400 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n",
+        "000001ffffffffff",
+    );
+    let e = can_tear_down(proc.path(), true).unwrap_err();
+    assert!(e.contains("private"), "{e}");
+    // without systemd as init the host's own root may be private: not told apart
+    assert_eq!(can_tear_down(proc.path(), false), Ok(()));
+    // where both namespace links read, they decide
+    std::fs::create_dir_all(proc.path().join("self/ns")).unwrap();
+    std::fs::create_dir_all(proc.path().join("1/ns")).unwrap();
+    std::os::unix::fs::symlink("mnt:[4026531841]", proc.path().join("self/ns/mnt")).unwrap();
+    std::os::unix::fs::symlink("mnt:[4026531840]", proc.path().join("1/ns/mnt")).unwrap();
+    write(host, "000001ffffffffff");
+    let e = can_tear_down(proc.path(), true).unwrap_err();
+    assert!(e.contains("mnt:[4026531841]"), "{e}");
     // unreadable: an error, never a panic
     std::fs::remove_file(proc.path().join("self/status")).unwrap();
-    assert!(can_tear_down(proc.path()).is_err());
+    assert!(can_tear_down(proc.path(), true).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_kubelets_mount_points_are_unmounted() {
+    let l = Layout::new();
+    let mut mi = std::fs::read_to_string(&l.mi).unwrap();
+    // a mount below the emptyDir's tmpfs (a container's bidirectional propagation): nested
+    let mem = l.vols().join("kubernetes.io~empty-dir/mem");
+    std::fs::create_dir_all(mem.join("inner")).unwrap();
+    mi += &mount_line(400, &mem.join("inner"), "tmpfs");
+    // the secret's tmpfs mounted twice on the same path: both go
+    let secret = l.vols().join("kubernetes.io~secret/creds");
+    mi += &mount_line(401, &secret, "tmpfs");
+    // a mount propagated below the CSI volume's subPath bind mount: nested, and it holds the
+    // configMap? no: the subPath belongs to volume "data"; the configMap's file subPath is fine
+    let sub = pod_dir(l.root.path(), &l.uid).join("volume-subpaths/data/app/0");
+    std::fs::create_dir_all(sub.join("x")).unwrap();
+    mi += &mount_line(402, &sub.join("x"), "tmpfs");
+    std::fs::write(&l.mi, mi).unwrap();
+    let um = FakeMounts::new(&l.mi);
+    let mut state = TeardownState::default();
+    let held = l.pass(&um, &mut state, &mut Vec::new());
+    let calls = um.calls();
+    assert!(
+        !calls.contains(&mem.join("inner")),
+        "a nested mount was unmounted"
+    );
+    assert!(
+        !calls.contains(&sub.join("x")),
+        "a mount below a subPath was unmounted"
+    );
+    assert!(
+        !calls.contains(&sub),
+        "a subPath with a mount below it was unmounted"
+    );
+    assert_eq!(
+        calls.iter().filter(|c| **c == secret).count(),
+        2,
+        "{calls:?}"
+    );
+    assert!(!secret.exists());
+    let why = |v: &str| held.iter().find(|h| h.volume == v).map(|h| h.why.clone());
+    assert!(
+        matches!(why("kubernetes.io~empty-dir/mem"), Some(Why::Nested { .. })),
+        "{held:?}"
+    );
+    assert!(
+        matches!(why("volume-subpaths/data"), Some(Why::Nested { .. })),
+        "{held:?}"
+    );
+    assert!(
+        mem.join("data").exists(),
+        "a volume with a nested mount was removed"
+    );
+    // the subPath tree stays while one of its mounts is held
+    assert!(sub.exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_volume_waits_for_its_subpaths_and_a_hand_back_stops_the_pass() {
+    let l = Layout::new();
+    let conf = l.vols().join("kubernetes.io~configmap/conf");
+    let file_sub = pod_dir(l.root.path(), &l.uid).join("volume-subpaths/conf/app/1");
+    let um = FakeMounts::new(&l.mi);
+    um.fail
+        .lock()
+        .unwrap()
+        .push((file_sub.clone(), rustix::io::Errno::BUSY));
+    let mut state = TeardownState::default();
+    let held = l.pass(&um, &mut state, &mut Vec::new());
+    assert!(
+        held.iter()
+            .any(|h| h.volume == "kubernetes.io~configmap/conf" && h.why == Why::SubPathMounted),
+        "{held:?}"
+    );
+    assert!(
+        !um.calls().contains(&conf),
+        "torn down under a live subPath"
+    );
+    assert!(conf.join("data").exists());
+    // a hand-back: the next pass unmounts nothing at all
+    let l2 = Layout::new();
+    let um2 = FakeMounts::new(&l2.mi);
+    let held = teardown::pass(
+        l2.root.path(),
+        &l2.uid,
+        &l2.mi,
+        &um2,
+        &mut TeardownState::default(),
+        Instant::now(),
+        &|| false,
+        &mut |_| {},
+    );
+    assert!(um2.calls().is_empty(), "{:?}", um2.calls());
+    assert!(!held.is_empty());
+    assert!(l2.vols().join("kubernetes.io~empty-dir/disk/data").exists());
 }

@@ -458,11 +458,14 @@ impl<R: Runtime> Worker<R> {
             let r = match stage {
                 CleanupStage::Volumes => {
                     let events = inner.events.clone();
-                    let report = |h: &volumes::Held| {
+                    let pod_uid = uid.clone();
+                    let span = tracing::Span::current();
+                    let report = move |h: &volumes::Held| {
+                        let _in = span.enter();
                         tracing::warn!(volume = %h.volume, plugin = %h.plugin, detail = %h,
                             "unmounting a pod volume failed; retrying with backoff");
                         events.record(PodEvent {
-                            uid: uid.clone(),
+                            uid: pod_uid.clone(),
                             namespace: namespace.clone(),
                             name: name.clone(),
                             reason: EventReason::FailedUnMount,
@@ -473,9 +476,9 @@ impl<R: Runtime> Worker<R> {
                     let teardown = inner.config.volume_teardown;
                     let active = move || teardown && authority.is_active();
                     volumes::settle(volumes::Settle {
-                        root_dir: &inner.config.root_dir,
-                        uid: &uid,
-                        mountinfo: &inner.config.mountinfo,
+                        root_dir: inner.config.root_dir.clone(),
+                        uid: uid.clone(),
+                        mountinfo: inner.config.mountinfo.clone(),
                         poll: inner.config.volume_poll,
                         // once skipped, each retry checks once (the retry backoff paces it)
                         bound: if skipped {
@@ -483,10 +486,10 @@ impl<R: Runtime> Worker<R> {
                         } else {
                             inner.config.volume_wait
                         },
-                        active: &active,
-                        unmounter: &volumes::SystemUnmount,
-                        state: &state,
-                        report: &report,
+                        active: Arc::new(active),
+                        unmounter: Arc::new(volumes::SystemUnmount),
+                        state,
+                        report: Arc::new(report),
                     })
                     .await
                     .map_err(CleanupError::from)

@@ -89,10 +89,20 @@ impl KubeletVolumes {
         me
     }
 
-    /// The mount points of this pod still in this mount namespace.
+    /// The mount points of this pod still in this mount namespace (relative to the pod's
+    /// directory), as util-linux's `findmnt` reads them: not reaplet's own parser.
     pub fn still_mounted(&self) -> Vec<PathBuf> {
-        let mi = reaplet::volumes::read_mountinfo(Path::new("/proc/self/mountinfo")).unwrap();
-        reaplet::volumes::mounts_below(&self.pod_dir, &mi)
+        let out = Command::new("findmnt")
+            .args(["-rn", "-o", "TARGET"])
+            .output()
+            .unwrap();
+        let mut v: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| Path::new(l).strip_prefix(&self.pod_dir).ok())
+            .map(Path::to_path_buf)
+            .collect();
+        v.sort();
+        v
     }
 
     /// Unmounts the CSI-like volume, as its driver would.
