@@ -68,6 +68,9 @@ pub struct AgentConfig {
     pub takeover_after: Duration,
     /// How often standby looks at the Lease and the endpoint.
     pub standby_poll: Duration,
+    /// This node's eviction sources (NoExecute taints, required node affinity); they need the
+    /// API.
+    pub eviction: crate::eviction::EvictionConfig,
 }
 
 impl AgentConfig {
@@ -104,6 +107,7 @@ impl AgentConfig {
             kubelet_healthz_url: standby::DEFAULT_HEALTHZ_URL.into(),
             takeover_after: standby::DEFAULT_TAKEOVER_AFTER,
             standby_poll: Duration::from_secs(2),
+            eviction: crate::eviction::EvictionConfig::default(),
         }
     }
 }
@@ -144,6 +148,8 @@ struct Live<R> {
     liveness_bound: Duration,
     /// The authority decision (mode, role, why), from [`standby::run`].
     authority: tokio::sync::watch::Receiver<Decision>,
+    /// Pending evictions of this node's eviction sources.
+    evictions: Arc<std::sync::Mutex<Vec<crate::eviction::PendingEviction>>>,
 }
 
 impl<R: Runtime> Live<R> {
@@ -230,6 +236,7 @@ impl<R: Runtime> AgentState for Live<R> {
                 "reason": format!("{:?}", d.reason),
                 "why": d.reason.as_str(),
             },
+            "evictions": *self.evictions.lock().unwrap_or_else(|e| e.into_inner()),
         })
     }
 }
@@ -267,6 +274,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     let (events, events_rx) = EventSink::channel(256);
     let (events, node_events_rx) = events.with_node_events(16);
     let events_for_state = events.clone();
+    let evictions = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tracker = TaskTracker::new();
     // standby holds every kill from the first moment: passive until the start decision
     let authority = Arc::new(Authority::default());
@@ -384,11 +392,32 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             RateLimiter::new(cfg.event_qps, cfg.event_burst),
             cancel.clone(),
         ));
+        let feed = if cfg.eviction.any() {
+            let (feed, pods_rx) = crate::eviction::PodFeed::channel();
+            tracker.spawn(crate::eviction::runner::run(
+                crate::eviction::runner::Context {
+                    client: client.clone(),
+                    node: cfg.node_name.clone(),
+                    workers: workers.clone(),
+                    events: events.clone(),
+                    metrics: Some(metrics.clone()),
+                    authority: authority.clone(),
+                    config: cfg.eviction.clone(),
+                    view: evictions.clone(),
+                },
+                pods_rx,
+                cancel.clone(),
+            ));
+            Some(feed)
+        } else {
+            None
+        };
         source_end = Some(tracker.spawn(api::source::run(
             client,
             cfg.node_name.clone(),
             workers.clone(),
             Some(status),
+            feed,
             cfg.credentials_grace,
             cancel.clone(),
         )));
@@ -443,6 +472,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             .unwrap_or(Duration::from_secs(60))
             .max(Duration::from_secs(30)),
         authority: authority_rx,
+        evictions: evictions.clone(),
     });
     if let Some(l) = listener {
         tracing::info!(address = ?l.local_addr().ok(), "status endpoint listening");

@@ -32,6 +32,15 @@ pub enum EventReason {
     /// Warning: the pod's volumes are still there past `volumeUnmountTimeout` (each named with
     /// its plugin and why): the pod is not deleted while they are (recorded once).
     VolumesStillMounted,
+    /// Normal: the NoExecute taint manager deletes the pod ("Marking for deletion Pod ...") or
+    /// cancels a scheduled deletion ("Cancelling deletion of Pod ..."), the controller
+    /// manager's reason and messages.
+    TaintManagerEviction,
+    /// Normal: the pod is evicted because its required node affinity no longer matches.
+    NodeAffinityEviction,
+    /// Warning: an eviction is refused (a PodDisruptionBudget, a misconfiguration); recorded once
+    /// per pod and cause, retried.
+    EvictionBlocked,
 }
 
 impl EventReason {
@@ -43,11 +52,17 @@ impl EventReason {
             Self::ExceededGracePeriod => "ExceededGracePeriod",
             Self::FailedUnMount => "FailedUnMount",
             Self::VolumesStillMounted => "VolumesStillMounted",
+            Self::TaintManagerEviction => "TaintManagerEviction",
+            Self::NodeAffinityEviction => "NodeAffinityEviction",
+            Self::EvictionBlocked => "EvictionBlocked",
         }
     }
 
     pub fn is_warning(self) -> bool {
-        !matches!(self, Self::Killing)
+        !matches!(
+            self,
+            Self::Killing | Self::TaintManagerEviction | Self::NodeAffinityEviction
+        )
     }
 }
 

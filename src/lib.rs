@@ -16,6 +16,8 @@
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
+//! * [`eviction`]: this node's eviction sources [the controller manager's NoExecute taint
+//!   manager; the scheduler's node affinity, enforced through the Eviction API];
 //! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
 //! * `demo` (feature `testbed`): `reaplet demo`;
 //! * `testbed` (feature `testbed`): helpers that launch pods through CRI exactly as the kubelet
@@ -32,6 +34,7 @@ pub mod deadline;
 #[cfg(feature = "testbed")]
 pub mod demo;
 pub mod events;
+pub mod eviction;
 pub mod file_source;
 pub mod grace;
 pub mod hooks;

@@ -132,6 +132,25 @@ struct Flags {
     /// Standby takes over when the node Lease is unrenewed this long and healthz fails (default 40s).
     #[arg(long, env = "REAPLET_TAKEOVER_AFTER")]
     takeover_after: Option<String>,
+    /// The NoExecute taint manager for this node (the controller manager's flag; default: on
+    /// for a standalone node, primary with its own static pods, else off).
+    #[arg(long, env = "REAPLET_ENABLE_TAINT_MANAGER", num_args = 0..=1, default_missing_value = "true")]
+    enable_taint_manager: Option<String>,
+    /// Evict pods (Eviction API) whose required node affinity no longer matches (default false).
+    #[arg(long, env = "REAPLET_ENFORCE_NODE_AFFINITY", num_args = 0..=1, default_missing_value = "true")]
+    enforce_node_affinity: Option<String>,
+    /// Node affinity only in these namespaces (comma-separated; default all).
+    #[arg(long, env = "REAPLET_NODE_AFFINITY_NAMESPACES")]
+    node_affinity_namespaces: Option<String>,
+    /// Node affinity only for pods matching this label selector (k=v,k!=v,k,!k).
+    #[arg(long, env = "REAPLET_NODE_AFFINITY_SELECTOR")]
+    node_affinity_selector: Option<String>,
+    /// How long a node affinity mismatch must last before the eviction (default 30s).
+    #[arg(long, env = "REAPLET_NODE_AFFINITY_SETTLE")]
+    node_affinity_settle: Option<String>,
+    /// The eviction sources only report what they would evict (default false).
+    #[arg(long, env = "REAPLET_EVICTION_DRY_RUN", num_args = 0..=1, default_missing_value = "true")]
+    eviction_dry_run: Option<String>,
 }
 
 impl Flags {
@@ -161,6 +180,12 @@ impl Flags {
             authority: self.authority.clone(),
             kubelet_healthz_url: self.kubelet_healthz_url.clone(),
             takeover_after: self.takeover_after.clone(),
+            enable_taint_manager: self.enable_taint_manager.clone(),
+            enforce_node_affinity: self.enforce_node_affinity.clone(),
+            node_affinity_namespaces: self.node_affinity_namespaces.clone(),
+            node_affinity_selector: self.node_affinity_selector.clone(),
+            node_affinity_settle: self.node_affinity_settle.clone(),
+            eviction_dry_run: self.eviction_dry_run.clone(),
         }
     }
 
@@ -510,6 +535,7 @@ async fn agent_config(
             std::env::var("WATCHDOG_PID").map_or(true, |p| p == std::process::id().to_string())
         })
         .map(Duration::from_micros);
+    let standalone = s.pod_manifest_path.is_some();
     let cfg = reaplet::agent::AgentConfig {
         node_name,
         runtime,
@@ -544,6 +570,21 @@ async fn agent_config(
         kubelet_healthz_url: s.kubelet_healthz_url,
         takeover_after: s.takeover_after,
         standby_poll: Duration::from_secs(2),
+        eviction: reaplet::eviction::EvictionConfig {
+            // a standalone node (primary, running its own static pods) has no controller
+            // manager to do it; on a cluster node the controller manager does
+            taint_manager: s.enable_taint_manager.unwrap_or(
+                s.authority == reaplet::standby::AuthoritySetting::Primary && standalone,
+            ),
+            node_affinity: s
+                .enforce_node_affinity
+                .then(|| reaplet::eviction::AffinityConfig {
+                    namespaces: s.node_affinity_namespaces.clone(),
+                    selector: s.node_affinity_selector.clone(),
+                    settle: s.node_affinity_settle,
+                }),
+            dry_run: s.eviction_dry_run,
+        },
     };
     Ok(cfg)
 }
@@ -644,6 +685,27 @@ async fn pods(args: PodsArgs) -> Result<()> {
         (a["mode"].as_str(), a["role"].as_str(), a["why"].as_str())
     {
         let _ = writeln!(out, "\nauthority: {mode}, {role}: {why}");
+    }
+    let evictions = v["evictions"].as_array().cloned().unwrap_or_default();
+    if !evictions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<40} {:<14} {:<9} {:>8} DETAIL",
+            "PENDING EVICTION", "SOURCE", "STATE", "IN"
+        );
+        for e in &evictions {
+            let _ = writeln!(
+                out,
+                "{:<40} {:<14} {:<9} {:>8} {}",
+                e["pod"].as_str().unwrap_or(""),
+                e["source"].as_str().unwrap_or(""),
+                e["state"].as_str().unwrap_or(""),
+                e["inSeconds"]
+                    .as_f64()
+                    .map_or("-".to_string(), |d| format!("{d:.1}s")),
+                e["detail"].as_str().unwrap_or("")
+            );
+        }
     }
     emit(&out).context("writing the output")
 }

@@ -39,6 +39,14 @@ pub struct WorkingLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    /// `taint_manager` or `node_affinity`.
+    pub source: &'static str,
+    /// `deleted`, `evicted`, `blocked`, `failed`, `cancelled`, `exempt`, `dry_run`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabel {
     pub stage: &'static str,
 }
@@ -163,6 +171,8 @@ pub struct Metrics {
     pub exceeded_grace_period: Counter,
     /// 1 while the container runtime has answered no relist for the unhealthy threshold.
     pub runtime_unhealthy: Gauge,
+    /// What this node's eviction sources did, by source and outcome.
+    pub evictions: Family<EvictionLabels, Counter>,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -195,6 +205,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             exceeded_grace_period: Counter::default(),
             runtime_unhealthy: Gauge::default(),
+            evictions: Family::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -262,6 +273,11 @@ impl Metrics {
             "container_runtime_unhealthy",
             "1 while the container runtime has answered no relist for the unhealthy threshold (readiness fails meanwhile)",
             m.runtime_unhealthy.clone(),
+        );
+        registry.register(
+            "evictions",
+            "What this node's eviction sources (NoExecute taints, required node affinity) did, by source and outcome",
+            m.evictions.clone(),
         );
         let m = Metrics { registry, ..m };
         m.set_working_pods(&HashMap::new());

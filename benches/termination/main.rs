@@ -8,6 +8,7 @@
 //! sudo cargo bench --bench termination -- idle        # 110 running pods for 60 s
 //! sudo cargo bench --bench termination -- exits       # exit -> status, events vs relist; idle
 //! sudo cargo bench --bench termination -- exits:5     # exit -> status only, 5 pods per path
+//! cargo bench --bench termination -- taints           # NoExecute taint on 1,000/10,000 pods
 //! sudo cargo bench --bench termination -- all
 //! ```
 //!
@@ -21,6 +22,10 @@
 mod apiserver;
 mod exits;
 mod fake_cri;
+mod taints;
+
+#[global_allocator]
+static ALLOC: taints::Counting = taints::Counting;
 #[path = "../../tests/common/gate.rs"]
 mod gate;
 
@@ -570,6 +575,7 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
         single(2).await?;
         synthetic(&[50], lat).await?;
         exits::exits(2, 2, 1).await?;
+        taints::taints(&[100], 2);
         return Ok(());
     }
     let all = modes.is_empty() || modes.iter().any(|m| m == "all");
@@ -597,6 +603,9 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
     }
     if want("exits") {
         exits::exits(20, 0, 0).await?;
+    }
+    if want("taints") {
+        taints::taints(&[1000, 10_000], 20);
     }
     Ok(())
 }

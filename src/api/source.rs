@@ -15,6 +15,7 @@
 
 use super::status_manager::StatusManager;
 use crate::cri::Runtime;
+use crate::eviction::{PodChange, PodFeed};
 use crate::grace;
 use crate::pod::{PodInfo, PodUid};
 use crate::workers::PodWorkers;
@@ -23,6 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -169,11 +171,13 @@ fn watch_code(e: &watcher::Error) -> Option<u16> {
 
 /// Watches this node's pods until cancelled, feeding `workers` and `status`; gives up when the
 /// server has refused reaplet's credentials (401) for `credentials_grace`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<R: Runtime>(
     client: kube::Client,
     node: String,
     workers: PodWorkers<R>,
     status: Option<StatusManager>,
+    feed: Option<PodFeed>,
     credentials_grace: Duration,
     cancel: CancellationToken,
 ) -> SourceEnd {
@@ -184,6 +188,7 @@ pub async fn run<R: Runtime>(
     let mut backoff = WatchBackoff::default();
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
+    let mut raw: Vec<Arc<Pod>> = Vec::new();
     'restart: loop {
         let stream = watcher(api.clone(), config.clone()).modify(|p| {
             p.managed_fields_mut().clear();
@@ -210,9 +215,15 @@ pub async fn run<R: Runtime>(
             match ev {
                 Ok(watcher::Event::Init) => {
                     batch.clear();
+                    raw.clear();
                     list_deadline = Some(Instant::now() + LIST_TIMEOUT);
                 }
-                Ok(watcher::Event::InitApply(p)) => batch.extend(accept(&p, &node)),
+                Ok(watcher::Event::InitApply(p)) => {
+                    if let Some(a) = accept(&p, &node) {
+                        batch.push(a);
+                        raw.push(Arc::new(p));
+                    }
+                }
                 Ok(watcher::Event::InitDone) => {
                     list_deadline = None;
                     rejected_since = None;
@@ -235,6 +246,9 @@ pub async fn run<R: Runtime>(
                         workers.upsert(info);
                     }
                     known = now;
+                    if let Some(f) = &feed {
+                        f.send(PodChange::Listed(std::mem::take(&mut raw)));
+                    }
                     workers.mark_source_synced(SOURCE);
                     tracing::info!(pods = known.len(), "pod list from the API server");
                 }
@@ -245,6 +259,9 @@ pub async fn run<R: Runtime>(
                             s.observe(&info, terminal);
                         }
                         workers.upsert(info);
+                        if let Some(f) = &feed {
+                            f.send(PodChange::Apply(Arc::new(p)));
+                        }
                     }
                 }
                 Ok(watcher::Event::Delete(p)) => {
@@ -259,6 +276,9 @@ pub async fn run<R: Runtime>(
                     known.remove(&uid);
                     if let Some(s) = &status {
                         s.forget(&uid);
+                    }
+                    if let Some(f) = &feed {
+                        f.send(PodChange::Gone(uid.clone()));
                     }
                     // a pod reaplet deleted itself is finished already; otherwise this was a force
                     // delete: stop it as an orphan would be

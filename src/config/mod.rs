@@ -88,6 +88,12 @@ pub struct RawSettings {
     #[serde(rename = "kubeletHealthzURL")]
     pub kubelet_healthz_url: Option<String>,
     pub takeover_after: Option<String>,
+    pub enable_taint_manager: Option<String>,
+    pub enforce_node_affinity: Option<String>,
+    pub node_affinity_namespaces: Option<String>,
+    pub node_affinity_selector: Option<String>,
+    pub node_affinity_settle: Option<String>,
+    pub eviction_dry_run: Option<String>,
 }
 
 /// A config file: reaplet's own kind, or the kubelet's.
@@ -245,7 +251,13 @@ macro_rules! every_field {
             container_events,
             authority,
             kubelet_healthz_url,
-            takeover_after
+            takeover_after,
+            enable_taint_manager,
+            enforce_node_affinity,
+            node_affinity_namespaces,
+            node_affinity_selector,
+            node_affinity_settle,
+            eviction_dry_run
         )
     };
 }
@@ -292,6 +304,12 @@ pub const FIELDS: &[&str] = &[
     "authority",
     "kubeletHealthzURL",
     "takeoverAfter",
+    "enableTaintManager",
+    "enforceNodeAffinity",
+    "nodeAffinityNamespaces",
+    "nodeAffinitySelector",
+    "nodeAffinitySettle",
+    "evictionDryRun",
 ];
 
 /// Known field names, for errors about a key that is not a field.
@@ -354,6 +372,19 @@ pub struct Settings {
     pub kubelet_healthz_url: String,
     /// How long the node Lease must go unrenewed, with the endpoint failing, for a takeover.
     pub takeover_after: Duration,
+    /// The NoExecute taint manager (the controller manager's flag); `None`: decided by the
+    /// node's kind (on for a standalone node: primary, running its own static pods).
+    pub enable_taint_manager: Option<bool>,
+    /// Evict pods whose required node affinity no longer matches the node's labels.
+    pub enforce_node_affinity: bool,
+    /// Only in these namespaces (empty: all).
+    pub node_affinity_namespaces: Vec<String>,
+    /// Only pods matching this label selector.
+    pub node_affinity_selector: crate::eviction::selector::LabelSelector,
+    /// How long a mismatch must last before the eviction.
+    pub node_affinity_settle: Duration,
+    /// The eviction sources decide and report only.
+    pub eviction_dry_run: bool,
 }
 
 /// The default metrics and status address (loopback only).
@@ -521,6 +552,47 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
             // two of the kubelet's 10 s renewals: less takes a live kubelet for a dead one
             Duration::from_secs(20),
         )?,
+        enable_taint_manager: raw
+            .enable_taint_manager
+            .clone()
+            .map(|v| boolean("enableTaintManager", Some(v), false))
+            .transpose()?,
+        enforce_node_affinity: boolean("enforceNodeAffinity", raw.enforce_node_affinity, false)?,
+        node_affinity_namespaces: raw
+            .node_affinity_namespaces
+            .as_deref()
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(|n| {
+                        let ok = n.len() <= 63
+                            && n.chars()
+                                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                        if ok {
+                            Ok(n.to_owned())
+                        } else {
+                            Err(err(
+                                "nodeAffinityNamespaces",
+                                format!("{n:?} is not a namespace name"),
+                            ))
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default(),
+        node_affinity_selector: crate::eviction::selector::LabelSelector::parse(
+            raw.node_affinity_selector.as_deref().unwrap_or(""),
+        )
+        .map_err(|e| err("nodeAffinitySelector", e.to_string()))?,
+        node_affinity_settle: duration(
+            "nodeAffinitySettle",
+            raw.node_affinity_settle,
+            crate::eviction::DEFAULT_SETTLE,
+            Duration::ZERO,
+        )?,
+        eviction_dry_run: boolean("evictionDryRun", raw.eviction_dry_run, false)?,
     })
 }
 

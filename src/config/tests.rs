@@ -45,6 +45,12 @@ pub const INVALID: &[(&str, &str)] = &[
     ("authority", "secondary"),
     ("kubeletHealthzURL", "https://127.0.0.1:10248/healthz"),
     ("takeoverAfter", "10s"),
+    ("enableTaintManager", "on"),
+    ("enforceNodeAffinity", "1"),
+    ("nodeAffinityNamespaces", "Kube_System"),
+    ("nodeAffinitySelector", "app=a b"),
+    ("nodeAffinitySettle", "soon"),
+    ("evictionDryRun", "maybe"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -75,6 +81,12 @@ fn set(field: &str, v: &str) -> RawSettings {
         "authority" => r.authority = v,
         "kubeletHealthzURL" => r.kubelet_healthz_url = v,
         "takeoverAfter" => r.takeover_after = v,
+        "enableTaintManager" => r.enable_taint_manager = v,
+        "enforceNodeAffinity" => r.enforce_node_affinity = v,
+        "nodeAffinityNamespaces" => r.node_affinity_namespaces = v,
+        "nodeAffinitySelector" => r.node_affinity_selector = v,
+        "nodeAffinitySettle" => r.node_affinity_settle = v,
+        "evictionDryRun" => r.eviction_dry_run = v,
         _ => panic!("unknown field {field}"),
     }
     r

@@ -35,6 +35,9 @@ pub enum KillReason {
     ManifestRemoved,
     /// A runtime pod no desired pod has.
     Orphan,
+    /// An eviction source of this node decided it ([`crate::eviction`]): the API side (a
+    /// DELETE, or an Eviction) is done; the pod ends at once instead of a watch round trip later.
+    Evicted(EvictionSource),
     /// A kill through the library API (eviction, node shutdown, preemption): the
     /// `DisruptionTarget` reason and a message for the status.
     Requested {
@@ -54,6 +57,7 @@ impl KillReason {
             Self::ObjectGone => "object_gone",
             Self::ManifestRemoved => "manifest_removed",
             Self::Orphan => "orphan",
+            Self::Evicted(source) => source.as_str(),
             Self::Requested { .. } => "requested",
         }
     }
@@ -63,12 +67,43 @@ impl KillReason {
     pub fn disruption_target(&self) -> Option<&str> {
         match self {
             Self::Requested { disruption, .. } => disruption.as_deref(),
+            Self::Evicted(source) => Some(source.disruption_target()),
             Self::Deleted
             | Self::TerminalPhase
             | Self::Completed
             | Self::ObjectGone
             | Self::ManifestRemoved
             | Self::Orphan => None,
+        }
+    }
+}
+
+/// Which of this node's eviction sources ended a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvictionSource {
+    /// The NoExecute taint manager: a DELETE, as the controller manager's.
+    TaintManager,
+    /// Required node affinity no longer matching: an Eviction.
+    NodeAffinity,
+}
+
+impl EvictionSource {
+    pub const ALL: [EvictionSource; 2] = [Self::TaintManager, Self::NodeAffinity];
+
+    /// A bounded label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TaintManager => "taint_manager",
+            Self::NodeAffinity => "node_affinity",
+        }
+    }
+
+    /// The `DisruptionTarget` reason the API side wrote (the taint manager's own, or the
+    /// Eviction API's).
+    pub fn disruption_target(self) -> &'static str {
+        match self {
+            Self::TaintManager => "DeletionByTaintManager",
+            Self::NodeAffinity => "EvictionByEvictionAPI",
         }
     }
 }

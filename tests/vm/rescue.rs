@@ -57,6 +57,9 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
     kubelet.start().await;
     let port_url = kubelet.url();
 
+    // the running unit (primary, manifests only) would take the pod launched next for an
+    // orphan and end it mid-launch: stopped first
+    sh("systemctl", &["stop", UNIT])?;
     // a pod bound to this node, running, with its projected token volume mounted as the
     // kubelet mounts it
     let t = PodTemplate::new("rescued", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
@@ -72,7 +75,6 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
     std::fs::write(vol.join("token"), "eyJhbGciOi...").map_err(|e| e.to_string())?;
 
     // the unit in standby, as an operator would configure it (a drop-in)
-    sh("systemctl", &["stop", UNIT])?;
     std::fs::create_dir_all(Path::new(DROP_IN).parent().unwrap_or(Path::new("/")))
         .map_err(|e| e.to_string())?;
     std::fs::write(

@@ -1,0 +1,556 @@
+//! The eviction sources' task: watches this node's Node object (`metadata.name=<node>`, what a
+//! node identity may read), is fed this node's pods by the API source, runs the pure
+//! decisions ([`super::taints`], [`super::affinity`]) and carries them out.
+//!
+//! Invariants:
+//! * one task; its timers are one sorted set of monotonic deadlines, woken by the soonest;
+//! * a taint eviction is the controller manager's: the `DisruptionTarget` condition
+//!   (`DeletionByTaintManager`) by a strategic merge patch of the pod's status, then a DELETE
+//!   with the pod's own grace and a UID precondition, and a `TaintManagerEviction` event;
+//! * an affinity eviction is an Eviction (`policy/v1`, UID precondition): 200/201 the pod ends,
+//!   429 retried after the server's `retryAfterSeconds` or with backoff and jitter (5 s
+//!   doubling to 5 min), 500 retried after 5 min, 404 and a failed precondition mean done; an
+//!   `EvictionBlocked` event once per pod and cause, never a log line per retry;
+//! * after the API side, a kill request with the source goes through the one seam (the pod
+//!   ends now, not a watch round trip later); nothing is done while the agent is not active.
+
+use super::actions::Outcome;
+use super::affinity::{self, NodeFacts, Settling};
+use super::taints::{Action, PodFacts, TaintAt, TaintManager};
+use super::{EvictionConfig, PendingEviction, PodChange};
+use crate::authority::Authority;
+use crate::cri::Runtime;
+use crate::events::{EventReason, EventSink, PodEvent};
+use crate::lifecycle::{EvictionSource, KillReason};
+use crate::metrics::{EvictionLabels, Metrics};
+use crate::pod::PodUid;
+use crate::workers::{KillRequest, PodWorkers};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::{WatchStreamExt, watcher};
+use rand::Rng;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub(super) const BLOCKED_BASE: Duration = Duration::from_secs(5);
+const BLOCKED_MAX: Duration = Duration::from_secs(300);
+const FAILED_BASE: Duration = Duration::from_secs(1);
+const FAILED_MAX: Duration = Duration::from_secs(30);
+
+/// What the runner needs.
+pub struct Context<R: Runtime> {
+    pub client: kube::Client,
+    pub node: String,
+    pub workers: PodWorkers<R>,
+    pub events: EventSink,
+    pub metrics: Option<Arc<Metrics>>,
+    pub authority: Arc<Authority>,
+    pub config: EvictionConfig,
+    /// Published for `reaplet pods`.
+    pub view: Arc<Mutex<Vec<PendingEviction>>>,
+}
+
+/// A retry after a refusal or a failure.
+#[derive(Debug, Clone)]
+struct Retry {
+    at: Instant,
+    failures: u32,
+    detail: Option<String>,
+}
+
+pub(super) struct Runner<R: Runtime> {
+    pub(super) cx: Context<R>,
+    taints: TaintManager,
+    settling: Settling,
+    node: NodeFacts,
+    pods: HashMap<PodUid, Arc<Pod>>,
+    /// Taint evictions due (from the taint manager's schedules).
+    taint_due: HashMap<PodUid, Instant>,
+    retries: HashMap<(EvictionSource, PodUid), Retry>,
+    /// Events already recorded: (pod, what).
+    pub(super) reported: HashSet<(PodUid, String)>,
+}
+
+fn facts(pod: &Pod) -> Option<PodFacts> {
+    let uid = pod_uid(pod)?;
+    Some(PodFacts {
+        uid,
+        key: key(pod),
+        tolerations: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default(),
+        exempt: mirror_or_static(pod),
+    })
+}
+
+/// The pod's UID, when it has a valid one.
+pub(super) fn pod_uid(pod: &Pod) -> Option<PodUid> {
+    PodUid::parse(pod.metadata.uid.as_deref()?).ok()
+}
+
+pub(super) fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn mirror_or_static(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key("kubernetes.io/config.mirror")
+            || a.get("kubernetes.io/config.source")
+                .is_some_and(|s| s != "api")
+    })
+}
+
+fn daemonset_owned(pod: &Pod) -> bool {
+    pod.metadata.owner_references.as_ref().is_some_and(|o| {
+        o.iter()
+            .any(|r| r.kind == "DaemonSet" && r.controller == Some(true))
+    })
+}
+
+/// A pod that is still running here: not terminal, not being deleted.
+fn live(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
+    let d = base
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(max);
+    // jitter: up to a fifth more
+    d + Duration::from_millis(rand::rng().random_range(0..=d.as_millis() as u64 / 5))
+}
+
+/// Runs until cancelled.
+pub async fn run<R: Runtime>(
+    cx: Context<R>,
+    mut pods: mpsc::UnboundedReceiver<PodChange>,
+    cancel: CancellationToken,
+) {
+    let settle = cx
+        .config
+        .node_affinity
+        .as_ref()
+        .map_or(super::DEFAULT_SETTLE, |a| a.settle);
+    let nodes: kube::Api<Node> = kube::Api::all(cx.client.clone());
+    let wc = watcher::Config::default().fields(&format!("metadata.name={}", cx.node));
+    let stream = watcher(nodes, wc).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut r = Runner {
+        cx,
+        taints: TaintManager::new(),
+        settling: Settling::new(settle),
+        node: NodeFacts::default(),
+        pods: HashMap::new(),
+        taint_due: HashMap::new(),
+        retries: HashMap::new(),
+        reported: HashSet::new(),
+    };
+    let mut authority = r.cx.authority.changes();
+    let mut watch_failing = false;
+    loop {
+        r.publish();
+        let next = r.next_deadline();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            ev = stream.next() => match ev {
+                Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
+                    watch_failing = false;
+                    r.node_changed(&n);
+                }
+                Some(Ok(watcher::Event::Delete(_))) => r.node_gone(),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    if !watch_failing {
+                        tracing::warn!(err = %e, "node watch failed; retrying with backoff");
+                        watch_failing = true;
+                    }
+                }
+                None => return,
+            },
+            ch = pods.recv() => match ch {
+                Some(ch) => r.pods_changed(ch),
+                None => return,
+            },
+            _ = authority.changed() => {}
+            _ = sleep_until(next) => r.fire_due().await,
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<R: Runtime> Runner<R> {
+    fn count(&self, source: EvictionSource, outcome: &'static str) {
+        if let Some(m) = &self.cx.metrics {
+            m.evictions
+                .get_or_create(&EvictionLabels {
+                    source: source.as_str(),
+                    outcome,
+                })
+                .inc();
+        }
+    }
+
+    pub(super) fn event(&self, pod: &Pod, reason: EventReason, message: String) {
+        let Some(uid) = pod_uid(pod) else {
+            return;
+        };
+        self.cx.events.record(PodEvent {
+            uid,
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            reason,
+            message,
+        });
+    }
+
+    fn node_changed(&mut self, n: &Node) {
+        let now = Instant::now();
+        let wall = jiff::Timestamp::now();
+        let taints: Vec<TaintAt> = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                // wall clock only here: how long ago it was added, on the monotonic clock
+                let added = t.time_added.as_ref().map(|ta| {
+                    let ago = wall.duration_since(ta.0).unsigned_abs();
+                    let ago = if wall >= ta.0 { ago } else { Duration::ZERO };
+                    now.checked_sub(ago).unwrap_or(now)
+                });
+                TaintAt { taint: t, added }
+            })
+            .collect();
+        let node = NodeFacts {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+        };
+        if self.cx.config.taint_manager {
+            let actions = self.taints.node(&taints, now);
+            self.apply(actions);
+        }
+        if node != self.node {
+            self.node = node;
+            let uids: Vec<PodUid> = self.pods.keys().cloned().collect();
+            for uid in uids {
+                self.check_affinity(&uid, now);
+            }
+        }
+    }
+
+    fn node_gone(&mut self) {
+        let actions = self.taints.node(&[], Instant::now());
+        self.apply(actions);
+    }
+
+    fn pods_changed(&mut self, ch: PodChange) {
+        let now = Instant::now();
+        match ch {
+            PodChange::Listed(list) => {
+                let keep: HashSet<PodUid> = list
+                    .iter()
+                    .filter_map(|p| facts(p).map(|f| f.uid))
+                    .collect();
+                let gone: Vec<PodUid> = self
+                    .pods
+                    .keys()
+                    .filter(|u| !keep.contains(*u))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    self.pod_gone(&uid);
+                }
+                for p in list {
+                    self.pod_applied(p, now);
+                }
+            }
+            PodChange::Apply(p) => self.pod_applied(p, now),
+            PodChange::Gone(uid) => self.pod_gone(&uid),
+        }
+    }
+
+    fn pod_applied(&mut self, p: Arc<Pod>, now: Instant) {
+        let Some(f) = facts(&p) else {
+            return;
+        };
+        if !live(&p) {
+            self.pod_gone(&f.uid);
+            return;
+        }
+        let uid = f.uid.clone();
+        self.pods.insert(uid.clone(), p);
+        if self.cx.config.taint_manager {
+            let actions = self.taints.pod(f, now);
+            self.apply(actions);
+        }
+        self.check_affinity(&uid, now);
+    }
+
+    fn pod_gone(&mut self, uid: &PodUid) {
+        self.pods.remove(uid);
+        let actions = self.taints.pod_gone(uid);
+        self.apply(actions);
+        self.settling.forget(uid);
+        self.taint_due.remove(uid);
+        self.retries.retain(|(_, u), _| u != uid);
+        self.reported.retain(|(u, _)| u != uid);
+    }
+
+    /// Whether node affinity is enforced for this pod.
+    fn affinity_applies(&self, pod: &Pod) -> bool {
+        let Some(cfg) = &self.cx.config.node_affinity else {
+            return false;
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        (cfg.namespaces.is_empty() || cfg.namespaces.iter().any(|n| n == ns))
+            && cfg
+                .selector
+                .matches(&pod.metadata.labels.clone().unwrap_or_default())
+            && !daemonset_owned(pod)
+            && !mirror_or_static(pod)
+    }
+
+    fn check_affinity(&mut self, uid: &PodUid, now: Instant) {
+        let Some(pod) = self.pods.get(uid).cloned() else {
+            return;
+        };
+        if self.node.name.is_empty() || !self.affinity_applies(&pod) {
+            self.settling.forget(uid);
+            return;
+        }
+        let matches = pod
+            .spec
+            .as_ref()
+            .is_none_or(|s| affinity::pod_matches(s, &self.node));
+        let was = self.settling.contains(uid);
+        let due = self.settling.observe(uid, matches, now);
+        match (due, was) {
+            (Some(at), false) => tracing::info!(pod = %key(&pod), podUID = %uid,
+                inMs = at.saturating_duration_since(now).as_millis() as u64,
+                "required node affinity no longer matches this node; evicting after the settle delay"),
+            (None, true) => {
+                self.retries
+                    .remove(&(EvictionSource::NodeAffinity, uid.clone()));
+                tracing::info!(pod = %key(&pod), podUID = %uid,
+                    "required node affinity matches again; eviction cancelled")
+            }
+            _ => {}
+        }
+    }
+
+    fn apply(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Schedule { uid, at } => {
+                    if let Some(p) = self.pods.get(&uid) {
+                        tracing::info!(pod = %key(p), podUID = %uid,
+                            inMs = at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                            "NoExecute taint: pod scheduled for deletion");
+                    }
+                    self.taint_due.insert(uid, at);
+                }
+                Action::Cancel { uid } => {
+                    self.taint_due.remove(&uid);
+                    self.retries
+                        .remove(&(EvictionSource::TaintManager, uid.clone()));
+                    if let Some(p) = self.pods.get(&uid).cloned() {
+                        tracing::info!(pod = %key(&p), podUID = %uid, "NoExecute taint: deletion cancelled");
+                        self.event(
+                            &p,
+                            EventReason::TaintManagerEviction,
+                            format!("Cancelling deletion of Pod {}", key(&p)),
+                        );
+                        self.count(EvictionSource::TaintManager, "cancelled");
+                    }
+                }
+                Action::Exempt { uid } => {
+                    if let Some(p) = self.pods.get(&uid) {
+                        tracing::warn!(pod = %key(p), podUID = %uid,
+                            "NoExecute taint not tolerated by a mirror or static pod; not evicted (its manifest decides)");
+                    }
+                    self.count(EvictionSource::TaintManager, "exempt");
+                }
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let retry = |s, u: &PodUid| self.retries.get(&(s, u.clone())).map(|r| r.at);
+        let taint = self
+            .taint_due
+            .iter()
+            .map(|(u, at)| retry(EvictionSource::TaintManager, u).map_or(*at, |r| r.max(*at)))
+            .min();
+        let affinity = self.settling.next().map(|n| {
+            self.retries
+                .iter()
+                .filter(|((s, _), _)| *s == EvictionSource::NodeAffinity)
+                .map(|(_, r)| r.at)
+                .chain(std::iter::once(n))
+                .min()
+                .unwrap_or(n)
+        });
+        [taint, affinity].into_iter().flatten().min()
+    }
+
+    async fn fire_due(&mut self) {
+        let now = Instant::now();
+        let due_retry = |r: &HashMap<(EvictionSource, PodUid), Retry>, s, u: &PodUid| {
+            r.get(&(s, u.clone())).is_none_or(|r| r.at <= now)
+        };
+        let mut taint: Vec<(Instant, PodUid)> = self
+            .taint_due
+            .iter()
+            .filter(|(u, at)| {
+                **at <= now && due_retry(&self.retries, EvictionSource::TaintManager, u)
+            })
+            .map(|(u, at)| (*at, u.clone()))
+            .collect();
+        taint.sort();
+        for (_, uid) in taint {
+            self.attempt(EvictionSource::TaintManager, &uid).await;
+        }
+        let affinity: Vec<PodUid> = self
+            .settling
+            .due(now)
+            .into_iter()
+            .filter(|u| due_retry(&self.retries, EvictionSource::NodeAffinity, u))
+            .collect();
+        for uid in affinity {
+            self.attempt(EvictionSource::NodeAffinity, &uid).await;
+        }
+    }
+
+    async fn attempt(&mut self, source: EvictionSource, uid: &PodUid) {
+        let Some(pod) = self.pods.get(uid).cloned() else {
+            self.taint_due.remove(uid);
+            self.settling.forget(uid);
+            return;
+        };
+        let k = (source, uid.clone());
+        if self.cx.config.dry_run {
+            tracing::info!(pod = %key(&pod), podUID = %uid, source = source.as_str(),
+                "dry run: would evict");
+            self.count(source, "dry_run");
+            self.finish(source, uid);
+            return;
+        }
+        if !self.cx.authority.is_active() {
+            // standby: kept due, retried when the agent becomes active (or in a second)
+            let failures = self.retries.get(&k).map_or(0, |r| r.failures);
+            self.retries.insert(
+                k,
+                Retry {
+                    at: Instant::now() + Duration::from_secs(1),
+                    failures,
+                    detail: Some("not active (standby)".into()),
+                },
+            );
+            return;
+        }
+        let outcome = match source {
+            EvictionSource::TaintManager => self.delete_for_taint(&pod).await,
+            EvictionSource::NodeAffinity => self.evict_for_affinity(&pod).await,
+        };
+        match outcome {
+            Outcome::Done(outcome) => {
+                self.count(source, outcome);
+                if matches!(outcome, "deleted" | "evicted") {
+                    let _ = self
+                        .cx
+                        .workers
+                        .kill(uid, KillRequest::new(KillReason::Evicted(source)));
+                }
+                self.finish(source, uid);
+            }
+            Outcome::Retry(after, outcome, detail) => {
+                self.count(source, outcome);
+                let failures = self.retries.get(&k).map_or(0, |r| r.failures) + 1;
+                let after = if after.is_zero() {
+                    match outcome {
+                        "blocked" => backoff(BLOCKED_BASE, BLOCKED_MAX, failures),
+                        _ => backoff(FAILED_BASE, FAILED_MAX, failures),
+                    }
+                } else {
+                    after
+                };
+                self.retries.insert(
+                    k,
+                    Retry {
+                        at: Instant::now() + after,
+                        failures,
+                        detail,
+                    },
+                );
+            }
+        }
+    }
+
+    fn finish(&mut self, source: EvictionSource, uid: &PodUid) {
+        self.retries.remove(&(source, uid.clone()));
+        match source {
+            EvictionSource::TaintManager => {
+                self.taint_due.remove(uid);
+                self.taints.fired(uid);
+            }
+            EvictionSource::NodeAffinity => self.settling.forget(uid),
+        }
+        // the pod is leaving: no further decision about it
+        self.pods.remove(uid);
+    }
+
+    fn publish(&self) {
+        let now = Instant::now();
+        let mut v = Vec::new();
+        let mut push = |uid: &PodUid, source: EvictionSource, at: Instant, state| {
+            let retry = self.retries.get(&(source, uid.clone()));
+            let (state, at) = match retry {
+                Some(r) if r.detail.as_deref() == Some("not active (standby)") => ("waiting", r.at),
+                Some(r) => ("blocked", r.at.max(at)),
+                None => (state, at),
+            };
+            v.push(PendingEviction {
+                uid: uid.to_string(),
+                pod: self.pods.get(uid).map(|p| key(p)).unwrap_or_default(),
+                source: source.as_str(),
+                state,
+                in_seconds: at.saturating_duration_since(now).as_secs_f64(),
+                detail: retry.and_then(|r| r.detail.clone()),
+            });
+        };
+        for (uid, at) in &self.taint_due {
+            push(uid, EvictionSource::TaintManager, *at, "scheduled");
+        }
+        for uid in self.settling.all() {
+            let at = self.settling.due_at(&uid).unwrap_or(now);
+            push(&uid, EvictionSource::NodeAffinity, at, "settling");
+        }
+        v.sort_by(|a, b| {
+            a.in_seconds
+                .total_cmp(&b.in_seconds)
+                .then(a.uid.cmp(&b.uid))
+        });
+        *self.cx.view.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
