@@ -16,6 +16,8 @@
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
+//! * [`drain`]: `reaplet drain` and `reaplet make-room` [`kubectl drain`, the ReplicaSet
+//!   scale-down ranking, the scheduler's preemption victims];
 //! * [`eviction`]: this node's eviction sources [the controller manager's NoExecute taint
 //!   manager; the scheduler's node affinity, enforced through the Eviction API];
 //! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
@@ -33,6 +35,7 @@ pub mod cri;
 pub mod deadline;
 #[cfg(feature = "testbed")]
 pub mod demo;
+pub mod drain;
 pub mod events;
 pub mod eviction;
 pub mod file_source;

@@ -45,6 +45,12 @@ enum Command {
     Check(Flags),
     /// Show what a running agent sees (from its local status endpoint).
     Pods(PodsArgs),
+    /// Empty this node: cordon it, then evict its pods through the Eviction API, lower priority
+    /// first, each owner's pods one at a time (the ReplicaSet scale-down ranking).
+    Drain(DrainCmd),
+    /// Free what a pod of priority P needs on this node, evicting the fewest lower-priority pods
+    /// (the scheduler's preemption victim selection).
+    MakeRoom(MakeRoomCmd),
     /// Print the version.
     Version,
     /// Demonstrate the pipeline on a private containerd (see scripts/demo.sh).
@@ -201,6 +207,62 @@ impl Flags {
     }
 }
 
+/// The operator's side: kubectl's credentials and output.
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// The node (default: this host's name).
+    #[arg(long)]
+    node: Option<String>,
+    /// kubeconfig (default: $KUBECONFIG, else ~/.kube/config), as kubectl.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Print the plan only; change nothing (not even the cordon).
+    #[arg(long)]
+    dry_run: bool,
+    /// Give up after this long (e.g. 5m), exit 1 and list the pods still there.
+    #[arg(long)]
+    timeout: Option<String>,
+    /// table (a live table; the default on a terminal), plain (one line per change) or json.
+    #[arg(long, short = 'o')]
+    output: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct DrainCmd {
+    #[command(flatten)]
+    op: OperatorArgs,
+    /// The grace period for every eviction (default: each pod's own).
+    #[arg(long)]
+    grace_period: Option<i64>,
+    /// Evict pods with emptyDir volumes (their data is lost).
+    #[arg(long)]
+    delete_emptydir_data: bool,
+    /// Evict pods no controller manages (they are not recreated).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+struct MakeRoomCmd {
+    #[command(flatten)]
+    op: OperatorArgs,
+    /// CPU to free (a quantity: 500m, 2).
+    #[arg(long, required_unless_present = "for_pod")]
+    cpu: Option<String>,
+    /// Memory to free (a quantity: 512Mi, 2Gi).
+    #[arg(long, required_unless_present = "for_pod")]
+    memory: Option<String>,
+    /// Pod slots to free (default 1).
+    #[arg(long)]
+    pods: Option<i64>,
+    /// The priority of the pod the room is for: only lower priorities are evicted.
+    #[arg(long, required_unless_present = "for_pod")]
+    priority: Option<i32>,
+    /// A pod manifest (YAML or JSON): its requests and priority.
+    #[arg(long, conflicts_with_all = ["cpu", "memory", "priority"])]
+    for_pod: Option<PathBuf>,
+}
+
 #[derive(clap::Args)]
 struct PodsArgs {
     /// The config file `reaplet run` uses: its metricsBindAddress is the agent's endpoint.
@@ -333,6 +395,8 @@ fn main() {
                 check(&loaded, kube).await
             }
             Command::Pods(args) => pods(args).await.map(|()| 0),
+            Command::Drain(args) => Ok(drain_cmd(args).await),
+            Command::MakeRoom(args) => Ok(make_room_cmd(args).await),
             #[cfg(feature = "testbed")]
             Command::Demo(args) => {
                 init_logs(LogFormat::Auto);
@@ -633,6 +697,184 @@ fn agent_address(args: &PodsArgs) -> std::net::SocketAddr {
         });
     }
     addr
+}
+
+/// The operator's API client: `--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`.
+async fn operator_client(op: &OperatorArgs) -> std::result::Result<kube::Client, String> {
+    let path = op
+        .kubeconfig
+        .clone()
+        .or_else(|| {
+            std::env::var_os("KUBECONFIG")
+                .and_then(|v| std::env::split_paths(&v).next())
+                .filter(|p| !p.as_os_str().is_empty())
+        })
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".kube/config"))
+                .filter(|p| p.exists())
+        })
+        .ok_or("no kubeconfig: give --kubeconfig, set $KUBECONFIG or write ~/.kube/config")?;
+    let cfg = reaplet::api::client_config(Some(&path))
+        .await
+        .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+    kube::Client::try_from(cfg).map_err(|e| format!("API client: {e}"))
+}
+
+/// Common set-up of the operator commands; `Err` is the exit code, after saying why.
+async fn operator_setup(
+    op: &OperatorArgs,
+) -> std::result::Result<
+    (
+        kube::Client,
+        String,
+        Option<Duration>,
+        reaplet::drain::run::Output,
+        CancellationToken,
+    ),
+    i32,
+> {
+    use reaplet::drain::run::Output;
+    use std::io::IsTerminal;
+    let output = match op.output.as_deref() {
+        None if std::io::stdout().is_terminal() => Output::Table,
+        None | Some("plain") => Output::Plain,
+        Some("table") => Output::Table,
+        Some("json") => Output::Json,
+        Some(o) => {
+            say(format!("--output {o:?}: must be table, plain or json"));
+            return Err(EXIT_CONFIG);
+        }
+    };
+    let timeout = match op
+        .timeout
+        .as_deref()
+        .map(config::parse_duration)
+        .transpose()
+    {
+        Ok(t) => t,
+        Err(e) => {
+            say(format!("--timeout: {e}"));
+            return Err(EXIT_CONFIG);
+        }
+    };
+    let node = match op.node.clone() {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_lowercase())
+            .unwrap_or_default(),
+    };
+    let client = match operator_client(op).await {
+        Ok(c) => c,
+        Err(e) => {
+            say(e);
+            return Err(EXIT_CONFIG);
+        }
+    };
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            c.cancel();
+        }
+    });
+    Ok((client, node, timeout, output, cancel))
+}
+
+fn drain_exit(r: std::result::Result<(), reaplet::drain::DrainError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(reaplet::drain::DrainError::Interrupted { left }) => {
+            say(format!(
+                "interrupted: no further evictions; the node stays cordoned; still on the node: {}",
+                left.join(", ")
+            ));
+            130
+        }
+        Err(e) => {
+            say(e.to_string());
+            1
+        }
+    }
+}
+
+async fn drain_cmd(args: DrainCmd) -> i32 {
+    let (client, node, timeout, output, cancel) = match operator_setup(&args.op).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let a = reaplet::drain::run::DrainArgs {
+        node,
+        dry_run: args.op.dry_run,
+        timeout,
+        grace_period: args.grace_period,
+        options: reaplet::drain::plan::Options {
+            delete_emptydir_data: args.delete_emptydir_data,
+            force: args.force,
+        },
+        output,
+    };
+    let mut out = std::io::stdout();
+    drain_exit(reaplet::drain::run::drain(client, a, cancel, &mut out).await)
+}
+
+async fn make_room_cmd(args: MakeRoomCmd) -> i32 {
+    let (client, node, timeout, output, cancel) = match operator_setup(&args.op).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let (request, priority) = match &args.for_pod {
+        Some(f) => {
+            let pod: Result<k8s_openapi::api::core::v1::Pod> = std::fs::read_to_string(f)
+                .map_err(anyhow::Error::from)
+                .and_then(|t| {
+                    serde_json::from_str(&t)
+                        .or_else(|_| serde_saphyr::from_str(&t).map_err(|e| anyhow::anyhow!("{e}")))
+                });
+            match pod {
+                Ok(p) => (
+                    reaplet::drain::pods::requests(&p),
+                    p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+                ),
+                Err(e) => {
+                    say(format!("--for-pod {}: {e}", f.display()));
+                    return EXIT_CONFIG;
+                }
+            }
+        }
+        None => {
+            let q = |name: &str, v: &Option<String>| {
+                v.as_deref()
+                    .and_then(reaplet::drain::pods::milli)
+                    .filter(|m| *m >= 0)
+                    .ok_or_else(|| format!("--{name} {v:?}: not a quantity"))
+            };
+            match (q("cpu", &args.cpu), q("memory", &args.memory)) {
+                (Ok(cpu), Ok(mem)) => (
+                    reaplet::drain::preempt::Resources {
+                        cpu_milli: cpu,
+                        memory: mem / 1000,
+                        pods: args.pods.unwrap_or(1),
+                    },
+                    args.priority.unwrap_or(0),
+                ),
+                (Err(e), _) | (_, Err(e)) => {
+                    say(e);
+                    return EXIT_CONFIG;
+                }
+            }
+        }
+    };
+    let a = reaplet::drain::run::RoomArgs {
+        node,
+        request,
+        priority,
+        dry_run: args.op.dry_run,
+        timeout,
+        output,
+    };
+    let mut out = std::io::stdout();
+    drain_exit(reaplet::drain::run::make_room(client, a, cancel, &mut out).await)
 }
 
 async fn pods(args: PodsArgs) -> Result<()> {

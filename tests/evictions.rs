@@ -101,16 +101,21 @@ async fn a_noexecute_taint_ends_pods_in_order_at_their_times_and_its_removal_spa
     .await;
     wait_in_sync(&api).await;
 
-    // the taint, added now (timeAdded: now, as the node lifecycle controller writes it)
-    let added = jiff::Timestamp::now();
+    // the pods exist for a while; the taint was added a second before reaplet sees it
+    // (timeAdded counts, not when reaplet saw it)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let added = jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_secs(1))
+        .unwrap();
     let t0 = Instant::now();
     api.add_node(node(
         json!({}),
         json!([{"key": "maintenance", "effect": "NoExecute",
                 "timeAdded": added.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}]),
     ));
-    // timeAdded has whole seconds: the due times count from the truncated second
-    let truncation = added.subsec_nanosecond() as f64 / 1e9;
+    // timeAdded has whole seconds: the due times count from the truncated second, a second
+    // before t0
+    let truncation = added.subsec_nanosecond() as f64 / 1e9 + 1.0;
     let due = [0.0, 2.0, 4.0];
     let mut seen = Vec::new();
     let start_wait = Instant::now();

@@ -50,6 +50,7 @@ fn pods(n: usize) -> Vec<PodFacts> {
             key: format!("default/pod-{i}"),
             tolerations: tolerations(i),
             exempt: false,
+            seen: tokio::time::Instant::now(),
         })
         .collect()
 }

@@ -14,7 +14,7 @@
 //! * after the API side, a kill request with the source goes through the one seam (the pod
 //!   ends now, not a watch round trip later); nothing is done while the agent is not active.
 
-use super::actions::Outcome;
+use super::actions::{self, Attempt, Outcome};
 use super::affinity::{self, NodeFacts, Settling};
 use super::taints::{Action, PodFacts, TaintAt, TaintManager};
 use super::{EvictionConfig, PendingEviction, PodChange};
@@ -32,11 +32,14 @@ use rand::Rng;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub(super) const BLOCKED_BASE: Duration = Duration::from_secs(5);
+/// A retry's detail while the agent is not active.
+const STANDBY: &str = "not active (standby)";
+const BLOCKED_BASE: Duration = Duration::from_secs(5);
 const BLOCKED_MAX: Duration = Duration::from_secs(300);
 const FAILED_BASE: Duration = Duration::from_secs(1);
 const FAILED_MAX: Duration = Duration::from_secs(30);
@@ -72,10 +75,32 @@ pub(super) struct Runner<R: Runtime> {
     taint_due: HashMap<PodUid, Instant>,
     retries: HashMap<(EvictionSource, PodUid), Retry>,
     /// Events already recorded: (pod, what).
-    pub(super) reported: HashSet<(PodUid, String)>,
+    reported: HashSet<(PodUid, String)>,
+    /// Attempts under way (API calls run as tasks: the loop never waits on the API).
+    attempts: JoinSet<Done>,
+    in_flight: HashSet<(EvictionSource, PodUid)>,
+    limit: Arc<Semaphore>,
+    /// Whether each pod matched the node's labels when last checked (only a change from
+    /// matching to not matching starts an eviction).
+    matched: HashMap<PodUid, bool>,
+    /// Dry run: decisions reported (once each).
+    dry_reported: HashSet<(EvictionSource, PodUid)>,
 }
 
-fn facts(pod: &Pod) -> Option<PodFacts> {
+/// An attempt's end, for the loop.
+pub(super) struct Done {
+    source: EvictionSource,
+    uid: PodUid,
+    /// The pod as it was when the attempt started (it may have left since: its DELETE's
+    /// watch event can come before the answer).
+    pod: Arc<Pod>,
+    attempt: Attempt,
+}
+
+/// Evictions under way at once.
+const CONCURRENT: usize = 8;
+
+fn facts(pod: &Pod, seen: Instant) -> Option<PodFacts> {
     let uid = pod_uid(pod)?;
     Some(PodFacts {
         uid,
@@ -86,6 +111,7 @@ fn facts(pod: &Pod) -> Option<PodFacts> {
             .and_then(|s| s.tolerations.clone())
             .unwrap_or_default(),
         exempt: mirror_or_static(pod),
+        seen,
     })
 }
 
@@ -158,7 +184,14 @@ pub async fn run<R: Runtime>(
         taint_due: HashMap::new(),
         retries: HashMap::new(),
         reported: HashSet::new(),
+        attempts: JoinSet::new(),
+        in_flight: HashSet::new(),
+        limit: Arc::new(Semaphore::new(CONCURRENT)),
+        matched: HashMap::new(),
+        dry_reported: HashSet::new(),
     };
+    // a (re)list of the Node that does not include it: the Node is gone
+    let mut listed_node = false;
     let mut authority = r.cx.authority.changes();
     let mut watch_failing = false;
     loop {
@@ -167,12 +200,19 @@ pub async fn run<R: Runtime>(
         tokio::select! {
             _ = cancel.cancelled() => return,
             ev = stream.next() => match ev {
+                Some(Ok(watcher::Event::Init)) => listed_node = false,
+                Some(Ok(watcher::Event::InitDone)) => {
+                    watch_failing = false;
+                    if !listed_node {
+                        r.node_gone();
+                    }
+                }
                 Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
                     watch_failing = false;
+                    listed_node = true;
                     r.node_changed(&n);
                 }
                 Some(Ok(watcher::Event::Delete(_))) => r.node_gone(),
-                Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     if !watch_failing {
                         tracing::warn!(err = %e, "node watch failed; retrying with backoff");
@@ -186,7 +226,12 @@ pub async fn run<R: Runtime>(
                 None => return,
             },
             _ = authority.changed() => {}
-            _ = sleep_until(next) => r.fire_due().await,
+            Some(done) = r.attempts.join_next(), if !r.attempts.is_empty() => {
+                if let Ok(done) = done {
+                    r.attempt_done(done);
+                }
+            }
+            _ = sleep_until(next) => r.fire_due(),
         }
     }
 }
@@ -268,10 +313,7 @@ impl<R: Runtime> Runner<R> {
         let now = Instant::now();
         match ch {
             PodChange::Listed(list) => {
-                let keep: HashSet<PodUid> = list
-                    .iter()
-                    .filter_map(|p| facts(p).map(|f| f.uid))
-                    .collect();
+                let keep: HashSet<PodUid> = list.iter().filter_map(|p| pod_uid(p)).collect();
                 let gone: Vec<PodUid> = self
                     .pods
                     .keys()
@@ -291,7 +333,13 @@ impl<R: Runtime> Runner<R> {
     }
 
     fn pod_applied(&mut self, p: Arc<Pod>, now: Instant) {
-        let Some(f) = facts(&p) else {
+        // when the pod was created, on the monotonic clock (wall clock only here)
+        let seen = p.metadata.creation_timestamp.as_ref().map_or(now, |ct| {
+            let ago = jiff::Timestamp::now().duration_since(ct.0);
+            let ago = Duration::try_from(ago).unwrap_or(Duration::ZERO);
+            now.checked_sub(ago).unwrap_or(now)
+        });
+        let Some(f) = facts(&p, seen) else {
             return;
         };
         if !live(&p) {
@@ -315,6 +363,8 @@ impl<R: Runtime> Runner<R> {
         self.taint_due.remove(uid);
         self.retries.retain(|(_, u), _| u != uid);
         self.reported.retain(|(u, _)| u != uid);
+        self.matched.remove(uid);
+        self.dry_reported.retain(|(_, u)| u != uid);
     }
 
     /// Whether node affinity is enforced for this pod.
@@ -337,13 +387,24 @@ impl<R: Runtime> Runner<R> {
         };
         if self.node.name.is_empty() || !self.affinity_applies(&pod) {
             self.settling.forget(uid);
+            self.retries
+                .remove(&(EvictionSource::NodeAffinity, uid.clone()));
             return;
         }
         let matches = pod
             .spec
             .as_ref()
             .is_none_or(|s| affinity::pod_matches(s, &self.node));
+        let before = self.matched.insert(uid.clone(), matches);
         let was = self.settling.contains(uid);
+        if !matches && !was && before != Some(true) {
+            // not matching since reaplet first saw it: no label change to act on
+            if before.is_none() {
+                tracing::info!(pod = %key(&pod), podUID = %uid,
+                    "required node affinity does not match this node, and no label change was seen; not evicted");
+            }
+            return;
+        }
         let due = self.settling.observe(uid, matches, now);
         match (due, was) {
             (Some(at), false) => tracing::info!(pod = %key(&pod), podUID = %uid,
@@ -351,6 +412,8 @@ impl<R: Runtime> Runner<R> {
                 "required node affinity no longer matches this node; evicting after the settle delay"),
             (None, true) => {
                 self.retries
+                    .remove(&(EvictionSource::NodeAffinity, uid.clone()));
+                self.dry_reported
                     .remove(&(EvictionSource::NodeAffinity, uid.clone()));
                 tracing::info!(pod = %key(&pod), podUID = %uid,
                     "required node affinity matches again; eviction cancelled")
@@ -374,8 +437,13 @@ impl<R: Runtime> Runner<R> {
                     self.taint_due.remove(&uid);
                     self.retries
                         .remove(&(EvictionSource::TaintManager, uid.clone()));
+                    self.dry_reported
+                        .remove(&(EvictionSource::TaintManager, uid.clone()));
                     if let Some(p) = self.pods.get(&uid).cloned() {
                         tracing::info!(pod = %key(&p), podUID = %uid, "NoExecute taint: deletion cancelled");
+                        if self.cx.config.dry_run {
+                            continue;
+                        }
                         self.event(
                             &p,
                             EventReason::TaintManagerEviction,
@@ -395,54 +463,45 @@ impl<R: Runtime> Runner<R> {
         }
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
-        let retry = |s, u: &PodUid| self.retries.get(&(s, u.clone())).map(|r| r.at);
-        let taint = self
-            .taint_due
-            .iter()
-            .map(|(u, at)| retry(EvictionSource::TaintManager, u).map_or(*at, |r| r.max(*at)))
-            .min();
-        let affinity = self.settling.next().map(|n| {
-            self.retries
-                .iter()
-                .filter(|((s, _), _)| *s == EvictionSource::NodeAffinity)
-                .map(|(_, r)| r.at)
-                .chain(std::iter::once(n))
-                .min()
-                .unwrap_or(n)
-        });
-        [taint, affinity].into_iter().flatten().min()
-    }
-
-    async fn fire_due(&mut self) {
-        let now = Instant::now();
-        let due_retry = |r: &HashMap<(EvictionSource, PodUid), Retry>, s, u: &PodUid| {
-            r.get(&(s, u.clone())).is_none_or(|r| r.at <= now)
+    /// Every due (or future) attempt, by source and pod: the later of its own time and its
+    /// retry time; none for an attempt under way or one already reported in a dry run.
+    fn schedule(&self) -> Vec<(Instant, EvictionSource, PodUid)> {
+        let mut v = Vec::new();
+        let mut push = |at: Instant, source: EvictionSource, uid: &PodUid| {
+            let k = (source, uid.clone());
+            if self.in_flight.contains(&k) || self.dry_reported.contains(&k) {
+                return;
+            }
+            let at = self.retries.get(&k).map_or(at, |r| r.at.max(at));
+            v.push((at, source, uid.clone()));
         };
-        let mut taint: Vec<(Instant, PodUid)> = self
-            .taint_due
-            .iter()
-            .filter(|(u, at)| {
-                **at <= now && due_retry(&self.retries, EvictionSource::TaintManager, u)
-            })
-            .map(|(u, at)| (*at, u.clone()))
-            .collect();
-        taint.sort();
-        for (_, uid) in taint {
-            self.attempt(EvictionSource::TaintManager, &uid).await;
+        for (uid, at) in &self.taint_due {
+            push(*at, EvictionSource::TaintManager, uid);
         }
-        let affinity: Vec<PodUid> = self
-            .settling
-            .due(now)
-            .into_iter()
-            .filter(|u| due_retry(&self.retries, EvictionSource::NodeAffinity, u))
-            .collect();
-        for uid in affinity {
-            self.attempt(EvictionSource::NodeAffinity, &uid).await;
+        for uid in self.settling.all() {
+            if let Some(at) = self.settling.due_at(&uid) {
+                push(at, EvictionSource::NodeAffinity, &uid);
+            }
+        }
+        v.sort();
+        v
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.schedule().first().map(|(at, _, _)| *at)
+    }
+
+    fn fire_due(&mut self) {
+        let now = Instant::now();
+        for (at, source, uid) in self.schedule() {
+            if at > now {
+                break;
+            }
+            self.start_attempt(source, &uid);
         }
     }
 
-    async fn attempt(&mut self, source: EvictionSource, uid: &PodUid) {
+    fn start_attempt(&mut self, source: EvictionSource, uid: &PodUid) {
         let Some(pod) = self.pods.get(uid).cloned() else {
             self.taint_due.remove(uid);
             self.settling.forget(uid);
@@ -453,40 +512,80 @@ impl<R: Runtime> Runner<R> {
             tracing::info!(pod = %key(&pod), podUID = %uid, source = source.as_str(),
                 "dry run: would evict");
             self.count(source, "dry_run");
-            self.finish(source, uid);
+            self.dry_reported.insert(k);
             return;
         }
         if !self.cx.authority.is_active() {
-            // standby: kept due, retried when the agent becomes active (or in a second)
+            // standby: kept due, tried again when the agent becomes active (or in a second)
             let failures = self.retries.get(&k).map_or(0, |r| r.failures);
             self.retries.insert(
                 k,
                 Retry {
                     at: Instant::now() + Duration::from_secs(1),
                     failures,
-                    detail: Some("not active (standby)".into()),
+                    detail: Some(STANDBY.into()),
                 },
             );
             return;
         }
-        let outcome = match source {
-            EvictionSource::TaintManager => self.delete_for_taint(&pod).await,
-            EvictionSource::NodeAffinity => self.evict_for_affinity(&pod).await,
-        };
-        match outcome {
+        self.in_flight.insert(k);
+        let (client, node, limit) = (
+            self.cx.client.clone(),
+            self.cx.node.clone(),
+            self.limit.clone(),
+        );
+        let uid = uid.clone();
+        self.attempts.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let attempt = match source {
+                EvictionSource::TaintManager => actions::delete_for_taint(&client, &pod).await,
+                EvictionSource::NodeAffinity => {
+                    actions::evict_for_affinity(&client, &node, &pod).await
+                }
+            };
+            Done {
+                source,
+                uid,
+                pod,
+                attempt,
+            }
+        });
+    }
+
+    fn attempt_done(&mut self, d: Done) {
+        let k = (d.source, d.uid.clone());
+        self.in_flight.remove(&k);
+        let pod = d.pod.clone();
+        if let Some(n) = d.attempt.note {
+            let first = n
+                .once
+                .as_ref()
+                .is_none_or(|o| self.reported.insert((d.uid.clone(), o.clone())));
+            if first {
+                self.event(&pod, n.reason, n.message);
+            }
+        }
+        match d.attempt.outcome {
             Outcome::Done(outcome) => {
-                self.count(source, outcome);
+                self.count(d.source, outcome);
                 if matches!(outcome, "deleted" | "evicted") {
                     let _ = self
                         .cx
                         .workers
-                        .kill(uid, KillRequest::new(KillReason::Evicted(source)));
+                        .kill(&d.uid, KillRequest::new(KillReason::Evicted(d.source)));
                 }
-                self.finish(source, uid);
+                self.finish(d.source, &d.uid);
             }
             Outcome::Retry(after, outcome, detail) => {
-                self.count(source, outcome);
+                self.count(d.source, outcome);
+                if !self.pods.contains_key(&d.uid) {
+                    return; // it left meanwhile: nothing to retry
+                }
                 let failures = self.retries.get(&k).map_or(0, |r| r.failures) + 1;
+                if failures == 1 && outcome == "failed" {
+                    tracing::warn!(pod = %key(&pod), podUID = %d.uid, source = d.source.as_str(),
+                        detail = detail.as_deref().unwrap_or(""), "eviction failed; retrying with backoff");
+                }
                 let after = if after.is_zero() {
                     match outcome {
                         "blocked" => backoff(BLOCKED_BASE, BLOCKED_MAX, failures),
@@ -526,7 +625,7 @@ impl<R: Runtime> Runner<R> {
         let mut push = |uid: &PodUid, source: EvictionSource, at: Instant, state| {
             let retry = self.retries.get(&(source, uid.clone()));
             let (state, at) = match retry {
-                Some(r) if r.detail.as_deref() == Some("not active (standby)") => ("waiting", r.at),
+                Some(r) if r.detail.as_deref() == Some(STANDBY) => ("waiting", r.at),
                 Some(r) => ("blocked", r.at.max(at)),
                 None => (state, at),
             };

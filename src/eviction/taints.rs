@@ -7,15 +7,18 @@
 //! Invariants:
 //! * only NoExecute taints count; a Node update that changes none of them decides nothing;
 //! * a pod that does not tolerate every NoExecute taint is evicted at once; one that tolerates
-//!   them all is evicted at the start of the taint situation plus the shortest
-//!   `tolerationSeconds` among the tolerations used (none set: never, and a scheduled eviction
-//!   is cancelled). The start is the newest NoExecute taint's `timeAdded` (when reaplet first
-//!   saw it, when absent), and a pod already scheduled keeps its earliest start;
+//!   them all is evicted at the earliest of, for each taint, its start plus the
+//!   `tolerationSeconds` of the toleration used for it (the first that matches; zero or less:
+//!   at once; none set on any: never, and a scheduled eviction is cancelled). A taint's start is
+//!   its `timeAdded` (when reaplet first saw it, when absent), or when reaplet first saw the pod
+//!   if that is later (a pod scheduled onto a node tainted hours ago gets its whole toleration,
+//!   as the controller manager gives it); a pod already scheduled keeps its earliest time;
+//!   a time past the clock's range is never;
 //! * a timer is cancelled when the taints go, when the pod's tolerations change so that it
 //!   tolerates them for good, or when the pod leaves; one timer per pod UID;
 //! * mirror and static pods are never scheduled: reported once instead.
 
-use super::tolerations::{self, Verdict};
+use super::tolerations;
 use crate::pod::PodUid;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -31,6 +34,8 @@ pub struct PodFacts {
     pub tolerations: Vec<Toleration>,
     /// A mirror or static pod: never evicted by a taint (reported).
     pub exempt: bool,
+    /// When reaplet first saw the pod.
+    pub seen: Instant,
 }
 
 /// A NoExecute taint and when it was added, on the monotonic clock (the runner converts
@@ -54,19 +59,16 @@ pub enum Action {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Timer {
-    start: Instant,
     fire: Instant,
 }
 
 /// The taint manager's state for this node.
 #[derive(Debug, Default)]
 pub struct TaintManager {
-    /// The node's NoExecute taints.
-    taints: Vec<Taint>,
+    /// The node's NoExecute taints, each with its start.
+    taints: Vec<(Taint, Instant)>,
     /// When each taint (key, value) was first seen, for those without `timeAdded`.
     first_seen: BTreeMap<(String, String), Instant>,
-    /// When the current set of taints was complete.
-    since: Option<Instant>,
     pods: HashMap<PodUid, PodFacts>,
     timers: HashMap<PodUid, Timer>,
     exempt_reported: HashSet<PodUid>,
@@ -85,21 +87,19 @@ impl TaintManager {
             .filter(|t| t.taint.effect == tolerations::NO_EXECUTE)
             .collect();
         let new: Vec<&Taint> = mine.iter().map(|t| &t.taint).collect();
-        let old: Vec<&Taint> = self.taints.iter().collect();
-        if tolerations::same_taints(&new, &old) && self.since.is_some() != new.is_empty() {
+        let old: Vec<&Taint> = self.taints.iter().map(|(t, _)| t).collect();
+        if tolerations::same_taints(&new, &old) {
             return Vec::new();
         }
         let id = |t: &Taint| (t.key.clone(), t.value.clone().unwrap_or_default());
         self.first_seen
             .retain(|k, _| mine.iter().any(|t| id(&t.taint) == *k));
-        let mut since: Option<Instant> = None;
+        let mut starts = Vec::new();
         for t in &mine {
             let seen = *self.first_seen.entry(id(&t.taint)).or_insert(now);
-            let added = t.added.map_or(seen, |a| a.min(now));
-            since = Some(since.map_or(added, |s| s.max(added)));
+            starts.push((t.taint.clone(), t.added.map_or(seen, |a| a.min(now))));
         }
-        self.taints = mine.iter().map(|t| t.taint.clone()).collect();
-        self.since = since;
+        self.taints = starts;
         let uids: Vec<PodUid> = self.pods.keys().cloned().collect();
         let mut out = Vec::new();
         for uid in uids {
@@ -152,16 +152,41 @@ impl TaintManager {
         let Some(pod) = self.pods.get(uid) else {
             return Vec::new();
         };
-        let taints: Vec<&Taint> = self.taints.iter().collect();
-        let verdict = tolerations::verdict(&pod.tolerations, &taints);
         let cancel = |timers: &mut HashMap<PodUid, Timer>| match timers.remove(uid) {
             Some(_) => vec![Action::Cancel { uid: uid.clone() }],
             None => Vec::new(),
         };
-        let after = match verdict {
-            Verdict::Untainted | Verdict::Forever => return cancel(&mut self.timers),
-            Verdict::EvictNow => Duration::ZERO,
-            Verdict::EvictAfter(d) => d,
+        if self.taints.is_empty() {
+            return cancel(&mut self.timers);
+        }
+        // for each taint, the toleration used for it (the first that matches)
+        let mut fire: Option<Instant> = None;
+        for (taint, start) in &self.taints {
+            let Some(used) = pod
+                .tolerations
+                .iter()
+                .find(|t| tolerations::tolerates(t, taint))
+            else {
+                fire = Some(now);
+                break;
+            };
+            let Some(secs) = used.toleration_seconds else {
+                continue;
+            };
+            let at = if secs <= 0 {
+                Some(now)
+            } else {
+                (*start)
+                    .max(pod.seen)
+                    .checked_add(Duration::from_secs(secs as u64))
+            };
+            if let Some(at) = at {
+                fire = Some(fire.map_or(at, |f| f.min(at)));
+            }
+        }
+        let Some(fire) = fire else {
+            // tolerated for good (or beyond the clock's range)
+            return cancel(&mut self.timers);
         };
         if pod.exempt {
             let mut out = cancel(&mut self.timers);
@@ -170,29 +195,14 @@ impl TaintManager {
             }
             return out;
         }
-        let situation = self.since.unwrap_or(now);
-        let timer = if verdict == Verdict::EvictNow {
-            Timer {
-                start: now,
-                fire: now,
-            }
-        } else {
-            let start = self
-                .timers
-                .get(uid)
-                .map_or(situation, |t| t.start.min(situation));
-            Timer {
-                start,
-                fire: start + after,
-            }
-        };
-        if self.timers.get(uid).is_some_and(|t| t.fire == timer.fire) {
+        let fire = self.timers.get(uid).map_or(fire, |t| t.fire.min(fire));
+        if self.timers.get(uid).is_some_and(|t| t.fire == fire) {
             return Vec::new();
         }
-        self.timers.insert(uid.clone(), timer);
+        self.timers.insert(uid.clone(), Timer { fire });
         vec![Action::Schedule {
             uid: uid.clone(),
-            at: timer.fire,
+            at: fire,
         }]
     }
 }

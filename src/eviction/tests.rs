@@ -112,12 +112,15 @@ fn uid(n: &str) -> PodUid {
     PodUid::parse(n).unwrap()
 }
 
+/// A pod created well before the tests' taints.
 fn pod(n: &str, tolerations: Vec<Toleration>) -> PodFacts {
+    let now = Instant::now();
     PodFacts {
         uid: uid(n),
         key: format!("default/{n}"),
         tolerations,
         exempt: false,
+        seen: now.checked_sub(Duration::from_secs(60)).unwrap_or(now),
     }
 }
 
@@ -222,6 +225,58 @@ async fn taint_timers_start_at_time_added_keep_the_earliest_start_and_cancel() {
         vec![Action::Cancel { uid: uid("p2") }]
     );
     assert!(m.pod_gone(&uid("p2")).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_created_after_the_taint_gets_its_whole_toleration_and_huge_ones_are_forever() {
+    let t0 = Instant::now();
+    let mut m = TaintManager::new();
+    let a = taint("a", "", "NoExecute");
+    // the taint was added long ago
+    m.node(
+        &[at(a.clone(), t0.checked_sub(Duration::from_secs(50)))],
+        t0,
+    );
+    let secs = |s: i64| tol(json!({"key": "a", "operator": "Exists", "tolerationSeconds": s}));
+    let mut late = pod("late", vec![secs(30)]);
+    late.seen = t0;
+    assert_eq!(
+        m.pod(late, t0),
+        vec![Action::Schedule {
+            uid: uid("late"),
+            at: t0 + Duration::from_secs(30)
+        }]
+    );
+    // a pod created before the taint counts from the taint
+    let early = pod("early", vec![secs(80)]);
+    let start = t0.checked_sub(Duration::from_secs(50)).unwrap();
+    assert_eq!(
+        m.pod(early, t0),
+        vec![Action::Schedule {
+            uid: uid("early"),
+            at: start + Duration::from_secs(80)
+        }]
+    );
+    // tolerationSeconds beyond the clock's range: tolerated for good, never a panic
+    assert!(m.pod(pod("huge", vec![secs(i64::MAX)]), t0).is_empty());
+    // taint A (300 s) then B (60 s) added 250 s later: A's time stays the earliest
+    let mut m = TaintManager::new();
+    let p = pod(
+        "ab",
+        vec![
+            tol(json!({"key": "a", "operator": "Exists", "tolerationSeconds": 300})),
+            tol(json!({"key": "b", "operator": "Exists", "tolerationSeconds": 60})),
+        ],
+    );
+    m.pod(p, t0);
+    m.node(&[at(a.clone(), Some(t0))], t0);
+    let t250 = t0 + Duration::from_secs(250);
+    let b = taint("b", "", "NoExecute");
+    m.node(&[at(a, Some(t0)), at(b, Some(t250))], t250);
+    assert_eq!(
+        m.pending(),
+        vec![(uid("ab"), t0 + Duration::from_secs(300))]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -79,7 +79,7 @@ impl KillReason {
 }
 
 /// Which of this node's eviction sources ended a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EvictionSource {
     /// The NoExecute taint manager: a DELETE, as the controller manager's.
     TaintManager,

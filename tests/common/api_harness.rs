@@ -91,7 +91,7 @@ impl ApiHarness {
         .await
     }
 
-    async fn stop_agent(&mut self) {
+    pub async fn stop_agent(&mut self) {
         self.cancel.cancel();
         if let Some(a) = self.agent.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), a).await;

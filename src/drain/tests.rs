@@ -1,0 +1,473 @@
+use super::plan::{self, DrainPod, Options, Refusal, Skip};
+use super::pods::milli;
+use super::preempt::{self, Budget, Candidate, Plan, Resources};
+use super::rank::{RankedPod, compare, sort};
+use proptest::prelude::*;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+fn base(uid: &str) -> RankedPod {
+    RankedPod {
+        uid: uid.into(),
+        assigned: true,
+        phase: "Running".into(),
+        ready: true,
+        ready_for: Some(1000.0),
+        deletion_cost: 0,
+        colocated: 1,
+        restarts: 0,
+        age: Some(5000.0),
+    }
+}
+
+/// Every rule, with a case where it decides: `first` is removed before `second`.
+#[test]
+fn each_ranking_rule_decides_in_its_turn() {
+    let cases: Vec<(&str, RankedPod, RankedPod)> = vec![
+        (
+            "unassigned first",
+            RankedPod {
+                assigned: false,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "pending before running",
+            RankedPod {
+                phase: "Pending".into(),
+                ready: false,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "pending before unknown",
+            RankedPod {
+                phase: "Pending".into(),
+                ..base("b")
+            },
+            RankedPod {
+                phase: "Unknown".into(),
+                ..base("a")
+            },
+        ),
+        (
+            "unknown before running",
+            RankedPod {
+                phase: "Unknown".into(),
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "not ready first",
+            RankedPod {
+                ready: false,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "lower deletion cost first",
+            RankedPod {
+                deletion_cost: -5,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "higher deletion cost last",
+            base("b"),
+            RankedPod {
+                deletion_cost: 10,
+                ..base("a")
+            },
+        ),
+        (
+            "doubled up first",
+            RankedPod {
+                colocated: 3,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "more recently ready first (another log bucket)",
+            RankedPod {
+                ready_for: Some(10.0),
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "no ready time first",
+            RankedPod {
+                ready_for: None,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "same ready bucket: the smaller uid",
+            RankedPod {
+                ready_for: Some(1001.0),
+                ..base("a")
+            },
+            base("b"),
+        ),
+        (
+            "more restarts first",
+            RankedPod {
+                restarts: 4,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "newer first",
+            RankedPod {
+                age: Some(10.0),
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "no creation time first",
+            RankedPod {
+                age: None,
+                ..base("b")
+            },
+            base("a"),
+        ),
+        (
+            "same age bucket: the smaller uid",
+            RankedPod {
+                age: Some(5001.0),
+                ..base("a")
+            },
+            base("b"),
+        ),
+    ];
+    for (rule, first, second) in cases {
+        assert_eq!(compare(&first, &second), Ordering::Less, "{rule}");
+        assert_eq!(
+            compare(&second, &first),
+            Ordering::Greater,
+            "{rule} (reversed)"
+        );
+    }
+    // readiness times count only when both are ready
+    let a = RankedPod {
+        ready: false,
+        phase: "Running".into(),
+        ready_for: Some(1.0),
+        ..base("a")
+    };
+    let b = RankedPod {
+        ready: false,
+        ready_for: Some(9999.0),
+        ..base("b")
+    };
+    assert_eq!(compare(&a, &b), Ordering::Equal);
+    // an earlier rule wins over a later one
+    let cheap_old = RankedPod {
+        deletion_cost: -1,
+        age: Some(1e9),
+        ..base("a")
+    };
+    let dear_new = RankedPod {
+        deletion_cost: 5,
+        age: Some(1.0),
+        ..base("b")
+    };
+    assert_eq!(compare(&cheap_old, &dear_new), Ordering::Less);
+    let mut v = vec![dear_new.clone(), cheap_old.clone()];
+    sort(&mut v);
+    assert_eq!(v[0].uid, "a");
+}
+
+fn drain_pod(key: &str, owner: Option<&str>, priority: i32, rank: RankedPod) -> DrainPod {
+    DrainPod {
+        key: key.into(),
+        uid: rank.uid.clone(),
+        priority,
+        owner: owner.map(str::to_owned),
+        daemonset: owner.is_some_and(|o| o.starts_with("DaemonSet/")),
+        mirror: false,
+        has_empty_dir: false,
+        terminal: false,
+        rank,
+    }
+}
+
+#[test]
+fn drain_skips_refuses_orders_by_priority_and_waves_one_pod_per_owner() {
+    let mut pods = vec![
+        drain_pod("d/web-1", Some("ReplicaSet/web"), 0, base("w1")),
+        drain_pod(
+            "d/web-2",
+            Some("ReplicaSet/web"),
+            0,
+            RankedPod {
+                ready: false,
+                ..base("w2")
+            },
+        ),
+        drain_pod(
+            "d/web-3",
+            Some("ReplicaSet/web"),
+            0,
+            RankedPod {
+                restarts: 2,
+                ..base("w3")
+            },
+        ),
+        drain_pod("d/api-1", Some("ReplicaSet/api"), 100, base("a1")),
+        drain_pod(
+            "d/api-2",
+            Some("ReplicaSet/api"),
+            100,
+            RankedPod {
+                deletion_cost: -1,
+                ..base("a2")
+            },
+        ),
+        drain_pod("d/logs", Some("DaemonSet/logs"), 0, base("l1")),
+    ];
+    let mut mirror = drain_pod("d/etcd", None, 2000, base("m1"));
+    mirror.mirror = true;
+    pods.push(mirror);
+    let bare = drain_pod("d/bare", None, 0, base("b1"));
+    let mut cache = drain_pod("d/cache", Some("ReplicaSet/cache"), 0, base("c1"));
+    cache.has_empty_dir = true;
+    // refused without the flags
+    let p = plan::plan(
+        [pods.clone(), vec![bare.clone(), cache.clone()]].concat(),
+        Options::default(),
+    );
+    let refused: Vec<(&str, Refusal)> = p
+        .refused
+        .iter()
+        .map(|(d, r)| (d.key.as_str(), *r))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![
+            ("d/bare", Refusal::Unmanaged),
+            ("d/cache", Refusal::EmptyDir)
+        ]
+    );
+    let skipped: Vec<(&str, Skip)> = p
+        .skipped
+        .iter()
+        .map(|(d, s)| (d.key.as_str(), *s))
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![("d/logs", Skip::DaemonSet), ("d/etcd", Skip::Mirror)]
+    );
+    // with them: lower priority first; each owner one pod per wave, in ranking order
+    let p = plan::plan(
+        [pods, vec![bare, cache]].concat(),
+        Options {
+            delete_emptydir_data: true,
+            force: true,
+        },
+    );
+    assert!(p.refused.is_empty());
+    let waves: Vec<Vec<&str>> = p
+        .waves
+        .iter()
+        .map(|w| w.iter().map(|d| d.key.as_str()).collect())
+        .collect();
+    assert_eq!(
+        waves,
+        vec![
+            // priority 0: web's not-ready pod first, then the one with restarts, then web-1
+            vec!["d/web-2", "d/bare", "d/cache"],
+            vec!["d/web-3"],
+            vec!["d/web-1"],
+            // priority 100: api-2 (lower deletion cost) before api-1
+            vec!["d/api-2"],
+            vec!["d/api-1"],
+        ]
+    );
+}
+
+fn cand(
+    uid: &str,
+    priority: i32,
+    cpu: i64,
+    labels: &[(&str, &str)],
+    started_ago: f64,
+) -> Candidate {
+    Candidate {
+        uid: uid.into(),
+        key: uid.into(),
+        namespace: "default".into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        priority,
+        started_ago,
+        requests: Resources {
+            cpu_milli: cpu,
+            memory: 0,
+            pods: 1,
+        },
+    }
+}
+
+fn cpu(m: i64) -> Resources {
+    Resources {
+        cpu_milli: m,
+        memory: 0,
+        pods: 0,
+    }
+}
+
+const NODE: Resources = Resources {
+    cpu_milli: 4000,
+    memory: 1 << 40,
+    pods: 110,
+};
+
+fn victims(plan: &Plan) -> Vec<String> {
+    match plan {
+        Plan::Victims(v) => v.iter().map(|v| v.pod.uid.clone()).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn preemption_removes_lower_priorities_then_reprieves_budgeted_ones_first() {
+    // 4 cores, all used: high (1000m, prio 100), a/b/c (1000m each, prio 10, 5, 5)
+    let pods = vec![
+        cand("high", 100, 1000, &[], 50.0),
+        cand("a", 10, 1000, &[("app", "db")], 40.0),
+        cand("b", 5, 1000, &[], 30.0),
+        cand("c", 5, 1000, &[], 20.0),
+    ];
+    // 1000m for priority 50: one victim; a (prio 10) is reprieved first, b started earlier
+    // than c so b is more important: c is the victim
+    assert_eq!(
+        victims(&preempt::select(cpu(1000), 50, NODE, &pods, &[])),
+        vec!["c"]
+    );
+    // a budget that allows nothing protects "a": it is reprieved first anyway (violating
+    // first), and the victims are the cheaper ones
+    let budget = Budget {
+        name: "db".into(),
+        namespace: "default".into(),
+        selector: Some(BTreeMap::from([("app".to_string(), "db".to_string())])),
+        disruptions_allowed: 0,
+        disrupted: vec![],
+    };
+    assert_eq!(
+        victims(&preempt::select(
+            cpu(2000),
+            50,
+            NODE,
+            &pods,
+            std::slice::from_ref(&budget)
+        )),
+        vec!["b", "c"]
+    );
+    // 3000m: a must go too, and it is reported as violating its budget
+    match preempt::select(cpu(3000), 50, NODE, &pods, std::slice::from_ref(&budget)) {
+        Plan::Victims(v) => {
+            let a = v.iter().find(|v| v.pod.uid == "a").unwrap();
+            assert_eq!(a.violates, vec!["db".to_string()]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // fits already
+    let half = vec![cand("x", 1, 1000, &[], 1.0)];
+    assert_eq!(
+        preempt::select(cpu(1000), 50, NODE, &half, &[]),
+        Plan::FitsAlready
+    );
+    // impossible: only lower priorities count, and the higher one keeps its share
+    assert!(matches!(
+        preempt::select(cpu(3500), 50, NODE, &pods, &[]),
+        Plan::Impossible { short } if short.cpu_milli == 500
+    ));
+    // equal priority is never a victim
+    assert!(matches!(
+        preempt::select(cpu(4000), 5, NODE, &pods, &[]),
+        Plan::Impossible { .. }
+    ));
+}
+
+#[test]
+fn quantities_parse_as_the_api_writes_them() {
+    for (q, m) in [
+        ("500m", Some(500)),
+        ("2", Some(2000)),
+        ("0.5", Some(500)),
+        ("1Ki", Some(1_024_000)),
+        ("128Mi", Some(128 * 1024 * 1024 * 1000)),
+        ("1G", Some(1_000_000_000_000)),
+        ("1e3", Some(1_000_000)),
+        ("abc", None),
+        ("5X", None),
+    ] {
+        assert_eq!(milli(q), m, "{q}");
+    }
+}
+
+fn arb_pods() -> impl Strategy<Value = Vec<Candidate>> {
+    prop::collection::vec((0i32..5, 1i64..8, 0u8..3, 0.0f64..100.0), 1..9).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (prio, cpu100, label, started))| {
+                let app = ["a", "b", "c"][label as usize];
+                cand(
+                    &format!("p{i}"),
+                    prio,
+                    cpu100 * 100,
+                    &[("app", app)],
+                    started,
+                )
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// The plan always fits, only lower priorities are victims, and no victim could be
+    /// reprieved alone (adding it back never fits): reprieve is maximal.
+    #[test]
+    fn a_plan_fits_and_no_victim_could_stay(
+        pods in arb_pods(),
+        request in 1i64..30,
+        priority in 0i32..6,
+        allowed in 0i32..2,
+    ) {
+        let node = Resources { cpu_milli: 2000, memory: 1 << 40, pods: 110 };
+        let budgets = vec![Budget {
+            name: "a".into(), namespace: "default".into(),
+            selector: Some(BTreeMap::from([("app".to_string(), "a".to_string())])),
+            disruptions_allowed: allowed, disrupted: vec![],
+        }];
+        let request = cpu(request * 100);
+        let plan = preempt::select(request, priority, node, &pods, &budgets);
+        let used = |keep: &dyn Fn(&Candidate) -> bool| pods.iter().filter(|p| keep(p))
+            .fold(request.cpu_milli, |acc, p| acc + p.requests.cpu_milli);
+        match plan {
+            Plan::FitsAlready => prop_assert!(used(&|_| true) <= node.cpu_milli),
+            Plan::Impossible { .. } => prop_assert!(used(&|p| p.priority >= priority) > node.cpu_milli),
+            Plan::Victims(v) => {
+                let gone: Vec<&str> = v.iter().map(|v| v.pod.uid.as_str()).collect();
+                prop_assert!(v.iter().all(|v| v.pod.priority < priority));
+                prop_assert!(used(&|p| !gone.contains(&p.uid.as_str())) <= node.cpu_milli);
+                for g in &gone {
+                    let without = |p: &Candidate| !gone.contains(&p.uid.as_str()) || p.uid == *g;
+                    prop_assert!(used(&without) > node.cpu_milli, "{g} could have stayed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! `reaplet drain` and `reaplet make-room` (the binary, with an admin's kubeconfig) against the
+//! in-process API server, with reaplet's agent ending the evicted pods on a real containerd
+//! (privileged: needs root). The order of evictions the API server saw must be the plan's; a
+//! budget that allows nothing holds its pods and `--timeout` ends the drain non-zero;
+//! make-room ends exactly the planned victims; on a terminal the live table renders and ends.
+
+mod common;
+
+use common::api_harness::{ApiHarness, NODE};
+use common::apiserver::{ApiServer, User};
+use common::*;
+use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Spec {
+    name: &'static str,
+    owner: Option<(&'static str, &'static str)>,
+    priority: i32,
+    ready: bool,
+    restarts: i32,
+    cpu: &'static str,
+    labels: Value,
+    started_ago: i64,
+}
+
+fn spec(name: &'static str) -> Spec {
+    Spec {
+        name,
+        owner: None,
+        priority: 0,
+        ready: true,
+        restarts: 0,
+        cpu: "0",
+        labels: json!({}),
+        started_ago: 100,
+    }
+}
+
+fn ago(secs: i64) -> String {
+    jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_secs(secs))
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Launches the pod in the API and the runtime; returns its UID.
+async fn launch(api: &ApiServer, h: &ApiHarness, s: &Spec) -> String {
+    let t = PodTemplate::new(s.name, 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let mut obj = t.api_object();
+    obj["metadata"]["labels"] = s.labels.clone();
+    obj["spec"]["priority"] = s.priority.into();
+    obj["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": s.cpu}});
+    if let Some((kind, name)) = s.owner {
+        obj["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind,
+            "name": name, "uid": "7c1d0a1e-0000-4000-8000-000000000002", "controller": true}]);
+    }
+    api.create_pod(obj);
+    let (ready, restarts, started) = (s.ready, s.restarts, ago(s.started_ago));
+    api.rewrite_pod("default", s.name, |p| {
+        p["status"]["phase"] = "Running".into();
+        p["status"]["startTime"] = started.clone().into();
+        p["status"]["conditions"] = json!([{"type": "Ready",
+            "status": if ready { "True" } else { "False" }, "lastTransitionTime": started}]);
+        p["status"]["containerStatuses"] = json!([{"name": "app", "ready": ready,
+            "restartCount": restarts, "image": "busybox", "imageID": "", "started": true,
+            "state": {"running": {}}}]);
+    });
+    reaplet::testbed::launch(&h.tb, &t).await.unwrap();
+    t.uid.clone()
+}
+
+async fn bed(name: &str) -> (ApiHarness, ApiServer, std::path::PathBuf) {
+    let mut h = ApiHarness::new(name).await;
+    let api = h.api.handle();
+    api.add_node(json!({"metadata": {"name": NODE},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}));
+    h.start_agent().await;
+    let dir = h.root.path().join("admin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let kc = api.write_kubeconfig_as(&dir, &User::Admin);
+    (h, api, kc)
+}
+
+fn evictions(api: &ApiServer) -> Vec<(String, u16, Instant)> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .map(|r| {
+            let name = r.path.rsplit('/').nth(1).unwrap_or_default().to_owned();
+            (name, r.status, r.at)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_evicts_in_the_planned_order_and_a_blocking_budget_times_it_out() {
+    let (mut h, api, kc) = bed("drain").await;
+    let web = Some(("ReplicaSet", "web"));
+    let apis = Some(("ReplicaSet", "api"));
+    let mut uids: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for s in [
+        Spec {
+            owner: web,
+            ..spec("web-1")
+        },
+        Spec {
+            owner: web,
+            ready: false,
+            ..spec("web-2")
+        },
+        Spec {
+            owner: web,
+            restarts: 3,
+            ..spec("web-3")
+        },
+        Spec {
+            owner: apis,
+            priority: 100,
+            labels: json!({"app": "api"}),
+            ..spec("api-1")
+        },
+        Spec {
+            owner: Some(("DaemonSet", "logs")),
+            ..spec("logs")
+        },
+    ] {
+        uids.insert(s.name, launch(&api, &h, &s).await);
+    }
+    // a static pod's mirror (API only)
+    let mut mirror = PodTemplate::new("etcd-testnode", 30)
+        .container(ContainerTemplate::new("app", TRAPS_TERM))
+        .api_object();
+    mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "abc".into();
+    api.create_pod(mirror);
+    api.add_pdb(json!({
+        "metadata": {"name": "api", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+    }));
+    wait_in_sync(&api).await;
+
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_reaplet"))
+        .args([
+            "drain",
+            "--node",
+            NODE,
+            "--output",
+            "plain",
+            "--timeout",
+            "25s",
+        ])
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(took >= Duration::from_secs(25), "{took:?}");
+    assert!(stdout.contains("node testnode cordoned"), "{stdout}");
+    assert!(
+        stdout.contains("skip     default/logs: DaemonSet"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("skip     default/etcd-testnode: mirror"),
+        "{stdout}"
+    );
+    // the plan, printed before anything was evicted
+    let plan: Vec<&str> = stdout.lines().filter(|l| l.starts_with("wave")).collect();
+    assert_eq!(
+        plan,
+        vec![
+            "wave  1: default/web-2 (priority 0)",
+            "wave  2: default/web-3 (priority 0)",
+            "wave  3: default/web-1 (priority 0)",
+            "wave  4: default/api-1 (priority 100)",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("blocked      default/api-1: The disruption budget api needs 1 healthy pods"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("timed out") && stderr.contains("default/api-1"),
+        "{stderr}"
+    );
+    // the API server saw the plan's order, each wave after the one before was gone
+    let ev = evictions(&api);
+    let first = |n: &str| {
+        ev.iter()
+            .find(|(m, _, _)| m == n)
+            .map(|(_, s, at)| (*s, *at))
+    };
+    let order: Vec<&str> = {
+        let mut seen: Vec<&str> = Vec::new();
+        for (n, _, _) in &ev {
+            if !seen.contains(&n.as_str()) {
+                seen.push(n);
+            }
+        }
+        seen
+    };
+    assert_eq!(order, vec!["web-2", "web-3", "web-1", "api-1"], "{ev:?}");
+    for (prev, next) in [("web-2", "web-3"), ("web-3", "web-1")] {
+        let gone = api
+            .removed_at(&uids[prev])
+            .unwrap_or_else(|| panic!("{prev} not removed"));
+        assert!(
+            first(next).unwrap().1 >= gone,
+            "{next} evicted before {prev} was gone"
+        );
+    }
+    assert!(
+        ev.iter()
+            .filter(|(n, _, _)| n == "api-1")
+            .all(|(_, s, _)| *s == 429)
+    );
+    let tries = ev.iter().filter(|(n, _, _)| n == "api-1").count();
+    assert!(
+        tries <= 25 / 5 + 2,
+        "{tries} eviction attempts of api-1 in 25 s"
+    );
+    assert!(api.get_pod("default", "api-1").is_some());
+    assert!(api.get_pod("default", "logs").is_some());
+    assert_eq!(api.get_node(NODE).unwrap()["spec"]["unschedulable"], true);
+    h.stop_agent().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_room_ends_exactly_the_planned_victims() {
+    let (mut h, api, kc) = bed("makeroom").await;
+    for s in [
+        Spec {
+            priority: 10,
+            cpu: "1",
+            ..spec("high")
+        },
+        Spec {
+            priority: 5,
+            cpu: "1",
+            ..spec("mid")
+        },
+        Spec {
+            priority: 1,
+            cpu: "1",
+            started_ago: 500,
+            ..spec("low-old")
+        },
+        Spec {
+            priority: 1,
+            cpu: "1",
+            started_ago: 50,
+            ..spec("low-new")
+        },
+    ] {
+        launch(&api, &h, &s).await;
+    }
+    wait_in_sync(&api).await;
+    // 4 cores in use; 1500m for priority 8: mid is reprieved, both low ones must go
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_reaplet"))
+            .args(["make-room", "--node", NODE, "--output", "plain"])
+            .args(["--cpu", "1500m", "--memory", "0", "--priority", "8"])
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, text) = run(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{text}");
+    let victims: Vec<&str> = text.lines().filter(|l| l.starts_with("victim")).collect();
+    assert_eq!(
+        victims,
+        vec![
+            "victim   default/low-old: priority 1 < 8",
+            "victim   default/low-new: priority 1 < 8"
+        ],
+        "{text}"
+    );
+    assert!(evictions(&api).is_empty(), "a dry run evicted");
+    let (code, text) = run(&["--timeout", "60s"]);
+    println!("{text}");
+    assert_eq!(code, Some(0), "{text}");
+    let names: Vec<String> = evictions(&api).into_iter().map(|(n, _, _)| n).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"low-old".into()) && names.contains(&"low-new".into()));
+    for n in ["low-old", "low-new"] {
+        assert!(api.get_pod("default", n).is_none(), "{n} still there");
+    }
+    for n in ["high", "mid"] {
+        assert!(api.get_pod("default", n).is_some(), "{n} gone");
+    }
+    // more than the node has even without every lower-priority pod: nothing is evicted
+    let out = Command::new(env!("CARGO_BIN_EXE_reaplet"))
+        .args(["make-room", "--node", NODE, "--output", "plain"])
+        .args(["--cpu", "3500m", "--memory", "0", "--priority", "8"])
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot fit"));
+    assert_eq!(evictions(&api).len(), 2);
+    h.stop_agent().await;
+}
+
+/// On a terminal (util-linux `script` gives it a pty) the live table renders and the command
+/// ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_the_live_table_renders_and_ends() {
+    let (mut h, api, kc) = bed("drainpty").await;
+    launch(
+        &api,
+        &h,
+        &Spec {
+            owner: Some(("ReplicaSet", "one")),
+            ..spec("one-1")
+        },
+    )
+    .await;
+    wait_in_sync(&api).await;
+    let cmd = format!(
+        "{} drain --node {NODE} --timeout 60s --kubeconfig {}",
+        env!("CARGO_BIN_EXE_reaplet"),
+        kc.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("util-linux script");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\x1b[2K"), "no live table drawn: {text:?}");
+    assert!(
+        text.contains("terminating") || text.contains("evicting"),
+        "{text:?}"
+    );
+    assert!(text.contains("gone 1"), "{text:?}");
+    assert!(
+        text.trim_end()
+            .ends_with(&format!("node {NODE} drained: 1 pods evicted in"))
+            || text.contains("node testnode drained: 1 pods evicted"),
+        "{text:?}"
+    );
+    h.stop_agent().await;
+}
