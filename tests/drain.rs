@@ -38,8 +38,12 @@ fn spec(name: &'static str) -> Spec {
     }
 }
 
+/// `secs` before one fixed instant of the test run: pods given the same age have exactly the
+/// same timestamps (the ranking breaks a tie between two different times in one log2 bucket by
+/// UID, so equal times are what lets a later rule decide).
 fn ago(secs: i64) -> String {
-    jiff::Timestamp::now()
+    static BASE: std::sync::OnceLock<jiff::Timestamp> = std::sync::OnceLock::new();
+    BASE.get_or_init(jiff::Timestamp::now)
         .checked_sub(jiff::SignedDuration::from_secs(secs))
         .unwrap()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -151,7 +155,7 @@ async fn drain_evicts_in_the_planned_order_and_a_blocking_budget_times_it_out() 
             "--output",
             "plain",
             "--timeout",
-            "25s",
+            "40s",
         ])
         .arg("--kubeconfig")
         .arg(&kc)
@@ -164,7 +168,7 @@ async fn drain_evicts_in_the_planned_order_and_a_blocking_budget_times_it_out() 
     );
     println!("{stdout}{stderr}");
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(took >= Duration::from_secs(25), "{took:?}");
+    assert!(took >= Duration::from_secs(40), "{took:?}");
     assert!(stdout.contains("node testnode cordoned"), "{stdout}");
     assert!(
         stdout.contains("skip     default/logs: DaemonSet"),
@@ -228,8 +232,8 @@ async fn drain_evicts_in_the_planned_order_and_a_blocking_budget_times_it_out() 
     );
     let tries = ev.iter().filter(|(n, _, _)| n == "api-1").count();
     assert!(
-        tries <= 25 / 5 + 2,
-        "{tries} eviction attempts of api-1 in 25 s"
+        tries <= 40 / 5 + 1,
+        "{tries} eviction attempts of api-1 in 40 s"
     );
     assert!(api.get_pod("default", "api-1").is_some());
     assert!(api.get_pod("default", "logs").is_some());

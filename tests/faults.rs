@@ -632,14 +632,10 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
         }
     };
 
-    // 1. unreachable for 30 s right after three deletions were observed
-    for (t, _) in &pods[0..3] {
-        api.delete_pod("default", &t.name, None);
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    api.refuse_connections_for(outage);
-    let outage_start = Instant::now();
-    // the runtime side goes on meanwhile: every container stops on its own grace
+    // 1. unreachable for 30 s right after three deletions were observed; the exits are
+    //    watched from before the deletions (a TERM-trapping container can stop, and its pod be
+    //    finished and removed from the runtime, within the 300 ms: one suite run saw exactly
+    //    that, and a watcher started after it never found the removed containers)
     let exits = Exits::default();
     let watcher = exits.watch(
         &tb,
@@ -648,6 +644,13 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
             .map(|(_, p)| p.container_id("app").to_owned())
             .collect(),
     );
+    for (t, _) in &pods[0..3] {
+        api.delete_pod("default", &t.name, None);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.refuse_connections_for(outage);
+    let outage_start = Instant::now();
+    // the runtime side goes on meanwhile: every container stops on its own grace
     tokio::time::timeout(Duration::from_secs(10), watcher)
         .await
         .expect("containers stopped during the outage")

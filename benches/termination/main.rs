@@ -8,6 +8,7 @@
 //! sudo cargo bench --bench termination -- idle        # 110 running pods for 60 s
 //! sudo cargo bench --bench termination -- exits       # exit -> status, events vs relist; idle
 //! sudo cargo bench --bench termination -- exits:5     # exit -> status only, 5 pods per path
+//! sudo cargo bench --bench termination -- drain         # 30 pods: reaplet drain vs all at once
 //! cargo bench --bench termination -- taints           # NoExecute taint on 1,000/10,000 pods
 //! sudo cargo bench --bench termination -- all
 //! ```
@@ -20,6 +21,7 @@
 #[path = "../../tests/common/apiserver/mod.rs"]
 #[allow(unused_imports)]
 mod apiserver;
+mod drain;
 mod exits;
 mod fake_cri;
 mod taints;
@@ -603,6 +605,9 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
     }
     if want("exits") {
         exits::exits(20, 0, 0).await?;
+    }
+    if want("drain") {
+        drain::drain30().await?;
     }
     if want("taints") {
         taints::taints(&[1000, 10_000], 20);

@@ -32,7 +32,7 @@ pub enum DrainError {
     NoNode(String),
     #[error("{0}")]
     Refused(String),
-    #[error("timed out after {waited:?}; still on the node: {left:?}")]
+    #[error("timed out after {:.1}s; still on the node: {left:?}", .waited.as_secs_f64())]
     Timeout {
         waited: std::time::Duration,
         left: Vec<String>,

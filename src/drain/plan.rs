@@ -20,6 +20,8 @@ pub struct DrainPod {
     pub has_empty_dir: bool,
     /// Succeeded or Failed: deleted without an eviction matter (kubectl still evicts them).
     pub terminal: bool,
+    /// Already being deleted (`deletionTimestamp`): waited for, never evicted again.
+    pub terminating: bool,
     pub rank: RankedPod,
 }
 
@@ -72,6 +74,8 @@ pub struct Plan {
 pub fn plan(pods: Vec<DrainPod>, opts: Options) -> Plan {
     let mut p = Plan::default();
     let mut evict: Vec<DrainPod> = Vec::new();
+    // already leaving, or finished: all at once, first (they hold no replica up)
+    let mut first: Vec<DrainPod> = Vec::new();
     for pod in pods {
         if pod.mirror {
             p.skipped.push((pod, Skip::Mirror));
@@ -81,9 +85,14 @@ pub fn plan(pods: Vec<DrainPod>, opts: Options) -> Plan {
             p.refused.push((pod, Refusal::Unmanaged));
         } else if pod.has_empty_dir && !pod.terminal && !opts.delete_emptydir_data {
             p.refused.push((pod, Refusal::EmptyDir));
+        } else if pod.terminating || pod.terminal {
+            first.push(pod);
         } else {
             evict.push(pod);
         }
+    }
+    if !first.is_empty() {
+        p.waves.push(first);
     }
     // priority groups, lowest first
     let mut by_priority: BTreeMap<i32, Vec<DrainPod>> = BTreeMap::new();

@@ -2,7 +2,7 @@
 //! and restarts, requests (`resource.Quantity`), a node's allocatable.
 
 use super::plan::DrainPod;
-use super::preempt::{Budget, Candidate, Resources};
+use super::preempt::{Budget, Candidate, Req, Resources};
 use super::rank::RankedPod;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -124,7 +124,12 @@ pub fn drain_pods(pods: &[Pod]) -> Vec<DrainPod> {
     let now = jiff::Timestamp::now();
     let mut per_owner: BTreeMap<String, u32> = BTreeMap::new();
     for p in pods {
-        if let Some(o) = owner(p) {
+        let active = p.metadata.deletion_timestamp.is_none()
+            && !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+        if let Some(o) = owner(p).filter(|_| active) {
             *per_owner.entry(o).or_default() += 1;
         }
     }
@@ -132,7 +137,9 @@ pub fn drain_pods(pods: &[Pod]) -> Vec<DrainPod> {
         .map(|p| {
             let o = owner(p);
             let mut rank = ranked(p, now);
-            rank.colocated = o.as_ref().map_or(1, |o| per_owner[o]);
+            rank.colocated = o
+                .as_ref()
+                .map_or(1, |o| per_owner.get(o).copied().unwrap_or(0));
             let annotations = p.metadata.annotations.clone().unwrap_or_default();
             DrainPod {
                 key: key(p),
@@ -146,6 +153,7 @@ pub fn drain_pods(pods: &[Pod]) -> Vec<DrainPod> {
                     .as_ref()
                     .and_then(|s| s.volumes.as_ref())
                     .is_some_and(|v| v.iter().any(|v| v.empty_dir.is_some())),
+                terminating: p.metadata.deletion_timestamp.is_some(),
                 terminal: matches!(
                     p.status.as_ref().and_then(|s| s.phase.as_deref()),
                     Some("Succeeded" | "Failed")
@@ -221,14 +229,36 @@ pub fn candidate(pod: &Pod) -> Candidate {
             .and_then(|s| s.start_time.as_ref())
             .map_or(0.0, |t| secs_since(t, now)),
         requests: requests(pod),
+        evictable: !pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror")),
     }
 }
 
 pub fn budget(pdb: &PodDisruptionBudget) -> Budget {
     let spec = pdb.spec.as_ref();
-    let selector = spec.and_then(|s| s.selector.as_ref()).map(|s| {
-        // matchLabels only; a selector with matchExpressions selects by its labels alone
-        s.match_labels.clone().unwrap_or_default()
+    let selector = spec.and_then(|s| s.selector.as_ref()).and_then(|s| {
+        let mut reqs: Vec<Req> = s
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| Req::In(k.clone(), vec![v.clone()]))
+            .collect();
+        for e in s.match_expressions.iter().flatten() {
+            let values = e.values.clone().unwrap_or_default();
+            reqs.push(match e.operator.as_str() {
+                "In" if !values.is_empty() => Req::In(e.key.clone(), values),
+                "NotIn" if !values.is_empty() => Req::NotIn(e.key.clone(), values),
+                "Exists" if values.is_empty() => Req::Exists(e.key.clone()),
+                "DoesNotExist" if values.is_empty() => Req::DoesNotExist(e.key.clone()),
+                // an invalid selector selects nothing
+                _ => return None,
+            });
+        }
+        // an empty selector selects nothing here (preemption's `selector.Empty()`)
+        (!reqs.is_empty()).then_some(reqs)
     });
     let status = pdb.status.as_ref();
     Budget {

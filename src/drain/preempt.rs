@@ -49,6 +49,29 @@ pub struct Candidate {
     pub started_ago: f64,
     /// Its requests (`pods` is 1).
     pub requests: Resources,
+    /// May be a victim (a mirror pod may not: evicting it frees nothing, the kubelet makes it
+    /// again).
+    pub evictable: bool,
+}
+
+/// One requirement of a budget's label selector.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Req {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl Req {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Req::In(k, v) => labels.get(k).is_some_and(|l| v.contains(l)),
+            Req::NotIn(k, v) => labels.get(k).is_none_or(|l| !v.contains(l)),
+            Req::Exists(k) => labels.contains_key(k),
+            Req::DoesNotExist(k) => !labels.contains_key(k),
+        }
+    }
 }
 
 /// A PodDisruptionBudget, as preemption reads it.
@@ -56,8 +79,8 @@ pub struct Candidate {
 pub struct Budget {
     pub name: String,
     pub namespace: String,
-    /// `None`: selects nothing (a nil selector); an empty map selects every pod.
-    pub selector: Option<BTreeMap<String, String>>,
+    /// `None`: selects nothing (a nil, empty or invalid selector, as preemption reads it).
+    pub selector: Option<Vec<Req>>,
     pub disruptions_allowed: i32,
     pub disrupted: Vec<String>,
 }
@@ -68,7 +91,7 @@ impl Budget {
             && self
                 .selector
                 .as_ref()
-                .is_some_and(|s| s.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+                .is_some_and(|s| s.iter().all(|r| r.matches(&c.labels)))
     }
 }
 
@@ -111,8 +134,9 @@ pub fn select(
     if fits(request, &all, allocatable) {
         return Plan::FitsAlready;
     }
-    let (mut candidates, mut remaining): (Vec<&Candidate>, Vec<&Candidate>) =
-        pods.iter().partition(|p| p.priority < priority);
+    let (mut candidates, mut remaining): (Vec<&Candidate>, Vec<&Candidate>) = pods
+        .iter()
+        .partition(|p| p.priority < priority && p.evictable);
     if !fits(request, &remaining, allocatable) {
         let used = remaining.iter().fold(request, |acc, p| acc.add(p.requests));
         return Plan::Impossible {
@@ -182,5 +206,13 @@ pub fn select(
             });
         }
     }
+    // most important first, as the scheduler reports them
+    victims.sort_by(|a, b| {
+        b.pod
+            .priority
+            .cmp(&a.pod.priority)
+            .then(b.pod.started_ago.total_cmp(&a.pod.started_ago))
+            .then(a.pod.uid.cmp(&b.pod.uid))
+    });
     Plan::Victims(victims)
 }

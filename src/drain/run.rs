@@ -14,6 +14,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
 /// kubectl's wait between eviction attempts a budget refused without a `Retry-After`.
 pub const BLOCKED_RETRY: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(500);
@@ -129,19 +133,31 @@ impl<'a> Progress<'a> {
             count("terminating"),
             count("gone")
         );
-        for r in rows {
+        // one screen line per row, never wrapped (a wrapped line would break the redraw): cut to
+        // the terminal's width (`$COLUMNS`, else 80), and at most 30 rows, unfinished first
+        let width: usize = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(80)
+            .max(20);
+        let mut shown: Vec<&Row> = rows.iter().filter(|r| r.state != State::Gone).collect();
+        shown.extend(rows.iter().filter(|r| r.state == State::Gone));
+        shown.truncate(30);
+        for r in &shown {
             let detail = match &r.state {
                 State::Blocked(m) | State::Failed(m) => m.as_str(),
                 _ => "",
             };
-            s += &format!(
-                "\x1b[2K  {:<44} {:<12} {:>6.1}s  {detail}\n",
+            let line = format!(
+                "  {:<44} {:<12} {:>6.1}s  {detail}",
                 r.pod.key,
                 r.state.label(),
                 r.since.elapsed().as_secs_f64()
             );
+            let line: String = line.chars().take(width - 1).collect();
+            s += &format!("\x1b[2K{line}\n");
         }
-        self.drawn = rows.len() + 1;
+        self.drawn = shown.len() + 1;
         let _ = self.out.write_all(s.as_bytes());
         let _ = self.out.flush();
     }
@@ -210,9 +226,14 @@ async fn evict_waves(
     for (w, wave) in waves.into_iter().enumerate() {
         for pod in wave {
             wave_of.push(w);
+            let state = if pod.terminating {
+                State::Terminating
+            } else {
+                State::Waiting
+            };
             rows.push(Row {
                 pod,
-                state: State::Waiting,
+                state,
                 since: now,
                 gone_after: None,
                 next_try: now,
@@ -244,12 +265,15 @@ async fn evict_waves(
                 );
             }
             let mut open = false;
-            for i in 0..rows.len() {
+            // this round's evictions, all at once (a wave's pods go together), raced against
+            // Ctrl-C and the deadline: nothing is issued after either
+            let mut due: Vec<usize> = Vec::new();
+            let mut watching: Vec<usize> = Vec::new();
+            for (i, r) in rows.iter_mut().enumerate() {
                 if wave_of[i] != w {
                     continue;
                 }
-                let r = &mut rows[i];
-                match r.state.clone() {
+                match r.state {
                     State::Gone | State::Failed(_) => {}
                     State::Waiting | State::Evicting | State::Blocked(_) if r.next_try <= now => {
                         open = true;
@@ -258,33 +282,56 @@ async fn evict_waves(
                             r.since = Instant::now();
                             p.change(r);
                         }
-                        let new = evict_one(client, &r.pod, grace_period).await;
-                        let (state, retry) = match new {
-                            Evicted::Accepted => (State::Terminating, POLL),
-                            Evicted::Gone => (State::Gone, POLL),
-                            Evicted::Blocked(m, after) => (State::Blocked(m), after),
-                            Evicted::Failed(m) => (State::Failed(m), POLL),
-                        };
-                        r.next_try = Instant::now() + retry;
-                        if state != r.state {
-                            if state == State::Gone {
-                                r.gone_after = Some(p.start.elapsed().as_secs_f64());
-                            }
-                            r.state = state;
-                            r.since = Instant::now();
-                            p.change(r);
-                        }
+                        due.push(i);
                     }
                     State::Terminating => {
                         open = true;
-                        if gone(client, &r.pod).await {
-                            r.state = State::Gone;
-                            r.gone_after = Some(p.start.elapsed().as_secs_f64());
-                            r.since = Instant::now();
-                            p.change(r);
-                        }
+                        watching.push(i);
                     }
                     _ => open = true,
+                }
+            }
+            let calls = futures_util::future::join_all(
+                due.iter()
+                    .map(|&i| evict_one(client, &rows[i].pod, grace_period)),
+            );
+            let checks = futures_util::future::join_all(
+                watching.iter().map(|&i| gone(client, &rows[i].pod)),
+            );
+            let until = deadline.map_or(far_future(), |d| d);
+            let answers = tokio::select! {
+                _ = cancel.cancelled() => None,
+                _ = tokio::time::sleep_until(until) => None,
+                r = async { tokio::join!(calls, checks) } => Some(r),
+            };
+            let Some((evicted, goneness)) = answers else {
+                continue; // the checks at the top end it
+            };
+            for (&i, new) in due.iter().zip(evicted) {
+                let r = &mut rows[i];
+                let (state, retry) = match new {
+                    Evicted::Accepted => (State::Terminating, POLL),
+                    Evicted::Gone => (State::Gone, POLL),
+                    Evicted::Blocked(m, after) => (State::Blocked(m), after),
+                    Evicted::Failed(m) => (State::Failed(m), POLL),
+                };
+                r.next_try = Instant::now() + retry;
+                if state != r.state {
+                    if state == State::Gone {
+                        r.gone_after = Some(p.start.elapsed().as_secs_f64());
+                    }
+                    r.state = state;
+                    r.since = Instant::now();
+                    p.change(r);
+                }
+            }
+            for (&i, is_gone) in watching.iter().zip(goneness) {
+                let r = &mut rows[i];
+                if is_gone {
+                    r.state = State::Gone;
+                    r.gone_after = Some(p.start.elapsed().as_secs_f64());
+                    r.since = Instant::now();
+                    p.change(r);
                 }
             }
             p.table(&rows);
@@ -320,7 +367,8 @@ async fn evict_one(client: &kube::Client, pod: &DrainPod, grace: Option<i64>) ->
     let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
     let ep = EvictParams {
         delete_options: Some(DeleteParams {
-            grace_period_seconds: grace.map(|g| g.max(0) as u32),
+            // negative: each pod's own (kubectl's -1)
+            grace_period_seconds: grace.filter(|g| *g >= 0).map(|g| g as u32),
             preconditions: Some(Preconditions {
                 uid: Some(pod.uid.clone()),
                 resource_version: None,
@@ -481,11 +529,14 @@ pub async fn make_room(
     let listed: Vec<Pod> = node_pods(&client, &a.node)
         .await?
         .into_iter()
+        // finished pods free their share; pods already leaving count as gone (the scheduler
+        // does not preempt again for them either)
         .filter(|p| {
-            !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
+            p.metadata.deletion_timestamp.is_none()
+                && !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
         })
         .collect();
     let pdbs: kube::Api<PodDisruptionBudget> = kube::Api::all(client.clone());
@@ -535,6 +586,20 @@ pub async fn make_room(
             "victim   {}/{}: {why}",
             v.pod.namespace, v.pod.key
         ));
+    }
+    if a.output == Output::Json {
+        let v: Vec<serde_json::Value> = victims
+            .iter()
+            .map(|v| {
+                serde_json::json!({"pod": format!("{}/{}", v.pod.namespace, v.pod.key),
+                    "priority": v.pod.priority, "violates": v.violates})
+            })
+            .collect();
+        let _ = writeln!(
+            p.out,
+            "{}",
+            serde_json::json!({"node": a.node, "victims": v, "dryRun": a.dry_run})
+        );
     }
     if a.dry_run {
         return Ok(());

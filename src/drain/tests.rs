@@ -1,10 +1,9 @@
 use super::plan::{self, DrainPod, Options, Refusal, Skip};
 use super::pods::milli;
-use super::preempt::{self, Budget, Candidate, Plan, Resources};
+use super::preempt::{self, Budget, Candidate, Plan, Req, Resources};
 use super::rank::{RankedPod, compare, sort};
 use proptest::prelude::*;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 
 fn base(uid: &str) -> RankedPod {
     RankedPod {
@@ -197,6 +196,7 @@ fn drain_pod(key: &str, owner: Option<&str>, priority: i32, rank: RankedPod) -> 
         mirror: false,
         has_empty_dir: false,
         terminal: false,
+        terminating: false,
         rank,
     }
 }
@@ -317,6 +317,7 @@ fn cand(
             memory: 0,
             pods: 1,
         },
+        evictable: true,
     }
 }
 
@@ -361,7 +362,7 @@ fn preemption_removes_lower_priorities_then_reprieves_budgeted_ones_first() {
     let budget = Budget {
         name: "db".into(),
         namespace: "default".into(),
-        selector: Some(BTreeMap::from([("app".to_string(), "db".to_string())])),
+        selector: Some(vec![Req::In("app".into(), vec!["db".into()])]),
         disruptions_allowed: 0,
         disrupted: vec![],
     };
@@ -449,7 +450,7 @@ proptest! {
         let node = Resources { cpu_milli: 2000, memory: 1 << 40, pods: 110 };
         let budgets = vec![Budget {
             name: "a".into(), namespace: "default".into(),
-            selector: Some(BTreeMap::from([("app".to_string(), "a".to_string())])),
+            selector: Some(vec![Req::In("app".into(), vec!["a".into()])]),
             disruptions_allowed: allowed, disrupted: vec![],
         }];
         let request = cpu(request * 100);
@@ -470,4 +471,108 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
+    // c is the least important: without a budget it is the victim; with a budget that allows
+    // nothing on it, it is reprieved first and b goes instead
+    let pods = vec![
+        cand("high", 100, 1000, &[], 50.0),
+        cand("a", 10, 1000, &[], 40.0),
+        cand("b", 5, 1000, &[], 30.0),
+        cand("c", 5, 1000, &[("app", "db"), ("tier", "data")], 20.0),
+    ];
+    assert_eq!(
+        victims(&preempt::select(cpu(1000), 50, NODE, &pods, &[])),
+        vec!["c"]
+    );
+    let budget = |selector: Option<Vec<Req>>| Budget {
+        name: "db".into(),
+        namespace: "default".into(),
+        selector,
+        disruptions_allowed: 0,
+        disrupted: vec![],
+    };
+    for sel in [
+        vec![Req::In("app".into(), vec!["db".into(), "cache".into()])],
+        vec![
+            Req::Exists("tier".into()),
+            Req::NotIn("app".into(), vec!["web".into()]),
+        ],
+    ] {
+        let b = budget(Some(sel.clone()));
+        assert_eq!(
+            victims(&preempt::select(
+                cpu(1000),
+                50,
+                NODE,
+                &pods,
+                std::slice::from_ref(&b)
+            )),
+            vec!["b"],
+            "{sel:?}"
+        );
+    }
+    // a nil, empty or invalid selector selects nothing: c is the victim again
+    let none = budget(None);
+    assert_eq!(
+        victims(&preempt::select(
+            cpu(1000),
+            50,
+            NODE,
+            &pods,
+            std::slice::from_ref(&none)
+        )),
+        vec!["c"]
+    );
+    // a budget that already counted the pod does not count it twice
+    let mut counted = budget(Some(vec![Req::In("app".into(), vec!["db".into()])]));
+    counted.disrupted = vec!["c".into()];
+    assert_eq!(
+        victims(&preempt::select(
+            cpu(1000),
+            50,
+            NODE,
+            &pods,
+            std::slice::from_ref(&counted)
+        )),
+        vec!["c"]
+    );
+    // a mirror pod is never a victim
+    let mut with_mirror = pods.clone();
+    with_mirror[3].evictable = false;
+    assert_eq!(
+        victims(&preempt::select(cpu(1000), 50, NODE, &with_mirror, &[])),
+        vec!["b"]
+    );
+}
+
+#[test]
+fn pods_already_leaving_or_finished_are_waited_for_first_all_at_once() {
+    let web = Some("ReplicaSet/web");
+    let mut leaving = drain_pod("d/web-0", web, 0, base("w0"));
+    leaving.terminating = true;
+    let mut done1 = drain_pod("d/job-1", Some("Job/j"), 0, base("j1"));
+    done1.terminal = true;
+    let mut done2 = drain_pod("d/job-2", Some("Job/j"), 0, base("j2"));
+    done2.terminal = true;
+    let p = plan::plan(
+        vec![
+            drain_pod("d/web-1", web, 0, base("w1")),
+            leaving,
+            done1,
+            done2,
+        ],
+        Options::default(),
+    );
+    let waves: Vec<Vec<&str>> = p
+        .waves
+        .iter()
+        .map(|w| w.iter().map(|d| d.key.as_str()).collect())
+        .collect();
+    assert_eq!(
+        waves,
+        vec![vec!["d/web-0", "d/job-1", "d/job-2"], vec!["d/web-1"]]
+    );
 }
