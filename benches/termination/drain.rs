@@ -164,7 +164,7 @@ pub async fn drain30() -> R<()> {
     };
     let (took, least) = measure(&api, "k", &uids, at_once).await?;
     println!(
-        "kubectl drain's rules (all at once): {took:.1} s; fewest replicas left per owner: {least:?}"
+        "kubectl drain's rules (all at once): {took:.1} s; most replicas of one owner down at once: {least:?}"
     );
     drop(agent);
     Ok(())
