@@ -16,6 +16,7 @@
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
+//! * [`shutdown`]: graceful node shutdown's plan [`nodeshutdown_manager_linux.go`];
 //! * [`drain`]: `reaplet drain` and `reaplet make-room` [`kubectl drain`, the ReplicaSet
 //!   scale-down ranking, the scheduler's preemption victims];
 //! * [`eviction`]: this node's eviction sources [the controller manager's NoExecute taint
@@ -48,6 +49,7 @@ pub mod pod;
 pub mod records;
 pub mod sd_notify;
 pub mod server;
+pub mod shutdown;
 pub mod standby;
 pub mod status;
 pub mod systemd;
