@@ -32,6 +32,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// A relist this long after a (re)subscription, for an exit between the stream's opening and
+/// the runtime's registering it.
+const AFTER_SUBSCRIBE: Duration = Duration::from_secs(1);
+
 /// What one relist found to do, decided under the registry lock and done after it.
 #[derive(Default)]
 struct Findings {
@@ -133,8 +137,14 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                 }
             };
+            // a stream is taken as open before the runtime has surely registered it: an exit in
+            // between is in no event and comes after this pass's relist. One more relist shortly
+            // after covers it (one suite run saw such an exit wait for the next periodic relist,
+            // 29 s)
+            let mut just_subscribed = false;
             if let Some(s) = subscribed {
                 sub.subscribed(s, Instant::now());
+                just_subscribed = sub.flowing();
             }
             match r {
                 Err(e) if !relist_failing => {
@@ -149,6 +159,9 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                     recheck = exits.after_relist(&running, Instant::now());
                 }
+            }
+            if just_subscribed {
+                recheck = Some(recheck.map_or(AFTER_SUBSCRIBE, |d| d.min(AFTER_SUBSCRIBE)));
             }
             self.judge_runtime_health();
             self.beat();
