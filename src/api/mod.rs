@@ -97,6 +97,38 @@ pub fn user_agent() -> String {
     )
 }
 
+/// Evicts `name` (`policy/v1` Eviction), bounded by [`REQUEST_TIMEOUT`]. A `Failure` Status in
+/// a 2xx answer (how an apiserver may carry "more than one PodDisruptionBudget") is that
+/// failure.
+pub async fn evict(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    ep: &kube::api::EvictParams,
+) -> Result<kube::core::Status, RequestError> {
+    bounded(api.evict(name, ep)).await.and_then(|st| {
+        if st.is_failure() {
+            Err(RequestError::Api(kube::Error::Api(Box::new(st))))
+        } else {
+            Ok(st)
+        }
+    })
+}
+
+impl RequestError {
+    /// What the server said: its first cause's message (a budget's "needs 1 healthy pods"),
+    /// else its message, else the error itself.
+    pub fn detail(&self) -> String {
+        match self.api() {
+            Some(kube::Error::Api(s)) => s
+                .details
+                .as_ref()
+                .and_then(|d| d.causes.first())
+                .map_or_else(|| s.message.clone(), |c| c.message.clone()),
+            _ => self.to_string(),
+        }
+    }
+}
+
 /// The server's `retryAfterSeconds` in an error answer's details (kube-apiserver sets it, with
 /// the `Retry-After` header, on 429s and on 5xx answers that invite a retry).
 pub fn retry_after(e: &kube::Error) -> Option<Duration> {

@@ -362,13 +362,18 @@ enum Evicted {
     Failed(String),
 }
 
+/// `--grace-period` as the eviction's: negative is each pod's own (kubectl's -1).
+pub fn eviction_grace(flag: Option<i64>) -> Option<u32> {
+    flag.filter(|g| *g >= 0)
+        .map(|g| u32::try_from(g).unwrap_or(u32::MAX))
+}
+
 async fn evict_one(client: &kube::Client, pod: &DrainPod, grace: Option<i64>) -> Evicted {
     let (ns, name) = pod.key.split_once('/').unwrap_or(("", &pod.key));
     let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
     let ep = EvictParams {
         delete_options: Some(DeleteParams {
-            // negative: each pod's own (kubectl's -1)
-            grace_period_seconds: grace.filter(|g| *g >= 0).map(|g| g as u32),
+            grace_period_seconds: eviction_grace(grace),
             preconditions: Some(Preconditions {
                 uid: Some(pod.uid.clone()),
                 resource_version: None,
@@ -377,24 +382,10 @@ async fn evict_one(client: &kube::Client, pod: &DrainPod, grace: Option<i64>) ->
         }),
         ..EvictParams::default()
     };
-    let r = api::bounded(api.evict(name, &ep)).await.and_then(|st| {
-        if st.is_failure() {
-            Err(api::RequestError::Api(kube::Error::Api(Box::new(st))))
-        } else {
-            Ok(st)
-        }
-    });
-    match r {
+    match api::evict(&api, name, &ep).await {
         Ok(_) => Evicted::Accepted,
         Err(e) => {
-            let detail = match e.api() {
-                Some(kube::Error::Api(s)) => s
-                    .details
-                    .as_ref()
-                    .and_then(|d| d.causes.first())
-                    .map_or_else(|| s.message.clone(), |c| c.message.clone()),
-                _ => e.to_string(),
-            };
+            let detail = e.detail();
             match e.code() {
                 Some(404) => Evicted::Gone,
                 Some(409) if e.api().is_some_and(api::precondition_failed) => Evicted::Gone,

@@ -576,3 +576,14 @@ fn pods_already_leaving_or_finished_are_waited_for_first_all_at_once() {
         vec![vec!["d/web-0", "d/job-1", "d/job-2"], vec!["d/web-1"]]
     );
 }
+
+/// kubectl's `--grace-period=-1` is each pod's own grace, never 0 (the first version killed
+/// every pod at once with it).
+#[test]
+fn a_negative_grace_period_is_each_pods_own() {
+    use super::run::eviction_grace;
+    assert_eq!(eviction_grace(None), None);
+    assert_eq!(eviction_grace(Some(-1)), None);
+    assert_eq!(eviction_grace(Some(0)), Some(0));
+    assert_eq!(eviction_grace(Some(45)), Some(45));
+}

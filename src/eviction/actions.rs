@@ -123,16 +123,7 @@ pub async fn evict_for_affinity(client: &kube::Client, node: &str, pod: &Pod) ->
         delete_options: Some(uid_precondition(pod)),
         ..EvictParams::default()
     };
-    // a Failure Status in a 2xx answer (how an apiserver may carry "more than one
-    // PodDisruptionBudget") is that failure
-    let r = api::bounded(api.evict(&name, &ep)).await.and_then(|st| {
-        if st.is_failure() {
-            Err(api::RequestError::Api(kube::Error::Api(Box::new(st))))
-        } else {
-            Ok(st)
-        }
-    });
-    match r {
+    match api::evict(&api, &name, &ep).await {
         Ok(_) => {
             tracing::info!(pod = %key(pod), "required node affinity: pod evicted");
             Attempt {
@@ -148,18 +139,7 @@ pub async fn evict_for_affinity(client: &kube::Client, node: &str, pod: &Pod) ->
             }
         }
         Err(e) => {
-            let detail = e
-                .api()
-                .and_then(|a| match a {
-                    kube::Error::Api(s) => Some(
-                        s.details
-                            .as_ref()
-                            .and_then(|d| d.causes.first())
-                            .map_or_else(|| s.message.clone(), |c| c.message.clone()),
-                    ),
-                    _ => None,
-                })
-                .unwrap_or_else(|| e.to_string());
+            let detail = e.detail();
             match e.code() {
                 Some(404) => done("gone"),
                 Some(409) if e.api().is_some_and(api::precondition_failed) => done("gone"),

@@ -144,10 +144,6 @@ impl TaintManager {
         v
     }
 
-    pub fn facts(&self, uid: &PodUid) -> Option<&PodFacts> {
-        self.pods.get(uid)
-    }
-
     fn process(&mut self, uid: &PodUid, now: Instant) -> Vec<Action> {
         let Some(pod) = self.pods.get(uid) else {
             return Vec::new();
