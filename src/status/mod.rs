@@ -36,6 +36,10 @@
 //!
 //! So a pod with a never-started or vanished container ends `Failed`, never `Succeeded`.
 //!
+//! A kill of the kubelet's own ([`KillReason::Requested`]: graceful node shutdown, node-pressure
+//! eviction, admission preemption) ends `Failed` whatever the exit codes: its status function
+//! (`killPodFunc`'s) sets `Failed` when the kill starts, and a terminal phase never changes.
+//!
 //! **Ready and ContainersReady** (`GenerateContainersReadyCondition`; `GeneratePodReadyCondition`
 //! copies status, reason and message when it is not True), both False ([`NotReady`]):
 //! * phase `Succeeded` from `getPhase`: reason `PodCompleted`; `Failed`: reason `PodFailed`;
@@ -265,7 +269,12 @@ pub fn terminal_status(
         .map(|(c, e)| status_of(&c.name, *e))
         .collect();
     let pending = regular.iter().chain(&sidecars).any(|e| e.waiting());
-    let succeeded = !regular.is_empty()
+    // the kubelet's own kills set `Failed` through their status function when they start
+    // (`killPodFunc`'s callers: node shutdown, node-pressure eviction, admission preemption),
+    // and a terminal phase is never changed afterwards
+    let kubelet_kill = matches!(reason, Some(KillReason::Requested { .. }));
+    let succeeded = !kubelet_kill
+        && !regular.is_empty()
         && regular
             .iter()
             .all(|e| matches!(e, End::Exited(f) if f.exit_code == 0));

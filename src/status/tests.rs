@@ -301,3 +301,29 @@ fn patch_carries_uid_conditions_and_disruption_only_with_the_phase() {
     let patch = status_patch("u1", &s, "t");
     assert_eq!(patch["status"]["conditions"].as_array().unwrap().len(), 2);
 }
+
+/// The kubelet's own kills (graceful node shutdown, node-pressure eviction, admission
+/// preemption) set the phase to `Failed` when the kill starts, through their status function:
+/// the terminal status stays `Failed` even when every container exits 0 on SIGTERM.
+#[test]
+fn a_kill_with_the_kubelets_status_is_failed_even_when_containers_exit_0() {
+    let p = pod(&["a", "b"], &[]);
+    let reason = crate::shutdown::kill_reason();
+    let s = terminal_status(&p, &[fin("a", 0), fin("b", 0)], Some(&reason))
+        .unwrap()
+        .unwrap();
+    let patch = status_patch("u1", &s, "t");
+    assert_eq!(patch["status"]["phase"], "Failed");
+    assert_eq!(patch["status"]["reason"], "Terminated");
+    assert_eq!(
+        patch["status"]["message"],
+        "Pod was terminated in response to imminent node shutdown."
+    );
+    let conds = patch["status"]["conditions"].as_array().unwrap();
+    assert!(conds[..2].iter().all(|c| c["reason"] == POD_FAILED));
+    // a kill without such a status keeps the phase the exits say
+    let s = terminal_status(&p, &[fin("a", 0), fin("b", 0)], Some(&KillReason::Deleted))
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_patch("u1", &s, "t")["status"]["phase"], "Succeeded");
+}
