@@ -71,6 +71,8 @@ pub struct AgentConfig {
     /// This node's eviction sources (NoExecute taints, required node affinity); they need the
     /// API.
     pub eviction: crate::eviction::EvictionConfig,
+    /// Graceful node shutdown (off unless grace periods are configured).
+    pub shutdown: crate::shutdown::ShutdownConfig,
 }
 
 impl AgentConfig {
@@ -108,6 +110,7 @@ impl AgentConfig {
             takeover_after: standby::DEFAULT_TAKEOVER_AFTER,
             standby_poll: Duration::from_secs(2),
             eviction: crate::eviction::EvictionConfig::default(),
+            shutdown: crate::shutdown::ShutdownConfig::new(Default::default()),
         }
     }
 }
@@ -351,8 +354,21 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         });
     }
 
+    let mut shutdown = crate::shutdown::Context {
+        config: cfg.shutdown.clone(),
+        pods: workers.clone(),
+        statuses_pending: None,
+        node: None,
+        events: events.clone(),
+        metrics: Some(metrics.clone()),
+        authority: authority.clone(),
+    };
     if let Some(kc) = cfg.kube.clone() {
         let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
+        shutdown.node = Some(Arc::new(crate::shutdown::node::NodeReady::new(
+            client.clone(),
+            &cfg.node_name,
+        )));
         let status = StatusManager::new(
             client.clone(),
             Arc::new(RateLimiter::new(cfg.api_qps, cfg.api_burst)),
@@ -360,6 +376,8 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             Some(metrics.clone()),
         );
         workers.set_status_sink(Arc::new(status.clone()));
+        let pending = status.clone();
+        shutdown.statuses_pending = Some(Box::new(move || pending.pending()));
         if first.mode == standby::Mode::Standby {
             let scfg = StandbyConfig {
                 setting: cfg.authority,
@@ -444,6 +462,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             cancel.clone(),
         ));
     }
+    tracker.spawn(crate::shutdown::run(shutdown, cancel.clone()));
     tracker.spawn(workers.clone().run_housekeeping());
     #[cfg(feature = "test-hooks")]
     {

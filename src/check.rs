@@ -259,15 +259,90 @@ pub async fn run(
             out.push(authority_check(settings, node, client).await);
         }
     }
-    // logind
-    let logind = host.systemd_run.is_dir()
-        && std::os::unix::net::UnixStream::connect(host.dbus_socket).is_ok();
-    out.push(if logind {
-        line("logind", Outcome::Pass, format!("reachable through {}", host.dbus_socket.display()))
-    } else {
-        line("logind", Outcome::Warn, "not reachable (systemd is not init, or no system D-Bus): needed only for graceful node shutdown")
-    });
+    // logind and graceful node shutdown
+    out.push(shutdown_check(settings, host).await);
     out
+}
+
+/// Graceful node shutdown: off, or what logind allows against what the groups need.
+async fn shutdown_check(settings: &Settings, host: &HostPaths<'_>) -> Line {
+    use crate::shutdown::{self, ShutdownConfig, logind::Logind};
+    const NAME: &str = "node shutdown";
+    let cfg = ShutdownConfig::new(settings.shutdown.clone());
+    let groups = shutdown::groups(&cfg.settings);
+    if groups.is_empty() {
+        return line(
+            NAME,
+            Outcome::Pass,
+            "off (no shutdownGracePeriod or shutdownGracePeriodByPodPriority): no logind inhibitor is taken",
+        );
+    }
+    let plan: Vec<String> = groups
+        .iter()
+        .map(|g| format!("{}+: {}s", g.priority, g.grace.as_secs()))
+        .collect();
+    let plan = format!("groups [{}]", plan.join(", "));
+    if !host.systemd_run.is_dir() {
+        return line(
+            NAME,
+            Outcome::Warn,
+            format!(
+                "{plan}; systemd is not init here: no logind, pods will not be ended on a shutdown"
+            ),
+        );
+    }
+    let logind = match Logind::connect(host.dbus_socket).await {
+        Ok(l) => l,
+        Err(e) => {
+            return line(
+                NAME,
+                Outcome::Warn,
+                format!("{plan}; logind unreachable: {e}"),
+            );
+        }
+    };
+    let needed = cfg.delay_needed();
+    let current = match logind.inhibit_delay_max().await {
+        Ok(d) => d,
+        Err(e) => return line(NAME, Outcome::Warn, format!("{plan}; logind: {e}")),
+    };
+    let others: Vec<String> = logind
+        .inhibitors()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| i.mode == "delay" && i.what.split(':').any(|w| w == "shutdown"))
+        .map(|i| format!("{} (pid {})", i.who, i.pid))
+        .collect();
+    let holders = if others.is_empty() {
+        "no delay inhibitor held now".to_string()
+    } else {
+        format!("delay inhibitors held by {}", others.join(", "))
+    };
+    if current >= needed {
+        line(
+            NAME,
+            Outcome::Pass,
+            format!(
+                "{plan}; logind waits up to {}s, {}s needed; {holders}",
+                current.as_secs(),
+                needed.as_secs()
+            ),
+        )
+    } else {
+        line(
+            NAME,
+            Outcome::Warn,
+            format!(
+                "{plan}; logind waits up to {}s, {}s needed: reaplet writes {} and reloads logind when it starts; {holders}",
+                current.as_secs(),
+                needed.as_secs(),
+                cfg.drop_in_dir
+                    .join(shutdown::logind::DROP_IN_FILE)
+                    .display()
+            ),
+        )
+    }
 }
 
 /// The mode `reaplet run` would start in, and why; in standby, what the kubelet's two signals

@@ -75,9 +75,11 @@ pub enum NodeEventReason {
     /// Warning: reaplet in standby took over termination (the kubelet's Lease is stale and its
     /// health endpoint fails; [`crate::standby`]).
     ReapletTookOver,
-    /// The kubelet's Lease renews again; reaplet is back in standby (posted, like every node
-    /// event, as a warning).
+    /// The kubelet's Lease renews again; reaplet is back in standby (posted as a warning).
     ReapletHandedBack,
+    /// Normal: logind announced a node shutdown, or its cancellation (the kubelet's
+    /// `Shutdown` event of its node shutdown manager; [`crate::shutdown`]).
+    Shutdown,
 }
 
 impl NodeEventReason {
@@ -86,7 +88,12 @@ impl NodeEventReason {
             Self::ContainerRuntimeUnhealthy => "ContainerRuntimeUnhealthy",
             Self::ReapletTookOver => "ReapletTookOver",
             Self::ReapletHandedBack => "ReapletHandedBack",
+            Self::Shutdown => "Shutdown",
         }
+    }
+
+    pub fn is_warning(self) -> bool {
+        !matches!(self, Self::Shutdown)
     }
 }
 
@@ -173,12 +180,11 @@ impl EventSink {
     /// Records an event about the node (a warning line, and posted when a node channel is
     /// set). Never blocks.
     pub fn record_node(&self, reason: NodeEventReason, message: &str) {
-        tracing::warn!(
-            object = "Node",
-            reason = reason.as_str(),
-            message = %message,
-            "node event"
-        );
+        if reason.is_warning() {
+            tracing::warn!(object = "Node", reason = reason.as_str(), message = %message, "node event");
+        } else {
+            tracing::info!(object = "Node", reason = reason.as_str(), message = %message, "node event");
+        }
         let event = NodeEvent {
             reason,
             message: message.to_string(),

@@ -157,6 +157,15 @@ struct Flags {
     /// The eviction sources only report what they would evict (default false).
     #[arg(long, env = "REAPLET_EVICTION_DRY_RUN", num_args = 0..=1, default_missing_value = "true")]
     eviction_dry_run: Option<String>,
+    /// Graceful node shutdown: how long the node waits for its pods (the kubelet's
+    /// shutdownGracePeriod; default 0: off). Per-priority groups
+    /// (shutdownGracePeriodByPodPriority) are set in the config file.
+    #[arg(long, env = "REAPLET_SHUTDOWN_GRACE_PERIOD")]
+    shutdown_grace_period: Option<String>,
+    /// The part of shutdownGracePeriod kept for critical pods (the kubelet's
+    /// shutdownGracePeriodCriticalPods).
+    #[arg(long, env = "REAPLET_SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS")]
+    shutdown_grace_period_critical_pods: Option<String>,
 }
 
 impl Flags {
@@ -192,6 +201,9 @@ impl Flags {
             node_affinity_selector: self.node_affinity_selector.clone(),
             node_affinity_settle: self.node_affinity_settle.clone(),
             eviction_dry_run: self.eviction_dry_run.clone(),
+            shutdown_grace_period: self.shutdown_grace_period.clone(),
+            shutdown_grace_period_critical_pods: self.shutdown_grace_period_critical_pods.clone(),
+            shutdown_grace_period_by_pod_priority: None,
         }
     }
 
@@ -649,6 +661,7 @@ async fn agent_config(
                 }),
             dry_run: s.eviction_dry_run,
         },
+        shutdown: reaplet::shutdown::ShutdownConfig::new(s.shutdown.clone()),
     };
     Ok(cfg)
 }

@@ -173,6 +173,9 @@ pub struct Metrics {
     pub runtime_unhealthy: Gauge,
     /// What this node's eviction sources did, by source and outcome.
     pub evictions: Family<EvictionLabels, Counter>,
+    /// When the last graceful node shutdown started and ended (Unix seconds; 0: not yet).
+    pub graceful_shutdown_start_time: Gauge,
+    pub graceful_shutdown_end_time: Gauge,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -206,6 +209,8 @@ impl Metrics {
             exceeded_grace_period: Counter::default(),
             runtime_unhealthy: Gauge::default(),
             evictions: Family::default(),
+            graceful_shutdown_start_time: Gauge::default(),
+            graceful_shutdown_end_time: Gauge::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -278,6 +283,16 @@ impl Metrics {
             "evictions",
             "What this node's eviction sources (NoExecute taints, required node affinity) did, by source and outcome",
             m.evictions.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_start_time_seconds",
+            "Last graceful node shutdown start time (Unix seconds; 0: none seen)",
+            m.graceful_shutdown_start_time.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_end_time_seconds",
+            "Last graceful node shutdown end time (Unix seconds; 0: none finished)",
+            m.graceful_shutdown_end_time.clone(),
         );
         let m = Metrics { registry, ..m };
         m.set_working_pods(&HashMap::new());

@@ -199,6 +199,8 @@ pub struct PodTemplate {
     pub sidecars: Vec<ContainerTemplate>,
     /// The sandbox's annotations (the kubelet passes the pod's annotations on).
     pub sandbox_annotations: Vec<(String, String)>,
+    /// `spec.priority` (`None`: left out, as for a pod created without a priority class).
+    pub priority: Option<i32>,
 }
 
 static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -233,7 +235,14 @@ impl PodTemplate {
             containers: Vec::new(),
             sidecars: Vec::new(),
             sandbox_annotations: vec![("kubernetes.io/config.source".into(), "api".into())],
+            priority: None,
         }
+    }
+
+    /// With `spec.priority`.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.priority = Some(p);
+        self
     }
 
     /// A static pod as the kubelet runs it from its manifest directory
@@ -314,7 +323,7 @@ impl PodTemplate {
             QosClass::Burstable => "Burstable",
             QosClass::BestEffort => "BestEffort",
         };
-        serde_json::json!({
+        let mut pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
             "spec": {
@@ -326,7 +335,11 @@ impl PodTemplate {
                 "containers": self.containers.iter().map(|t| c(t, false)).collect::<Vec<_>>(),
             },
             "status": {"phase": "Running", "qosClass": qos}
-        })
+        });
+        if let Some(p) = self.priority {
+            pod["spec"]["priority"] = p.into();
+        }
+        pod
     }
 
     /// What the pipeline is fed for this pod (through the real API-object conversion).

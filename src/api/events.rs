@@ -71,7 +71,7 @@ fn to_api(ev: &PodEvent, node: &str) -> Event {
 
 /// An event about this node, as the kubelet records them: in `default`, the involved object
 /// the Node with the node's name for its UID (the kubelet's `nodeRef`). Node events are
-/// warnings.
+/// warnings but for `Shutdown`, which the kubelet records as Normal.
 fn node_to_api(ev: &NodeEvent, node: &str) -> Event {
     let this = ObjectReference {
         kind: Some("Node".into()),
@@ -79,7 +79,14 @@ fn node_to_api(ev: &NodeEvent, node: &str) -> Event {
         uid: Some(node.into()),
         ..ObjectReference::default()
     };
-    event("default", this, ev.reason.as_str(), &ev.message, true, node)
+    event(
+        "default",
+        this,
+        ev.reason.as_str(),
+        &ev.message,
+        ev.reason.is_warning(),
+        node,
+    )
 }
 
 /// Posts events from `rx` (pods) and `node_rx` (this node) until cancelled.

@@ -63,6 +63,90 @@ pub struct ShutdownSettings {
     pub by_pod_priority: Vec<PodPriorityGrace>,
 }
 
+impl ShutdownSettings {
+    /// Whether any group is configured (else no inhibitor is ever taken).
+    pub fn enabled(&self) -> bool {
+        !self.grace_period.is_zero() || self.by_pod_priority.iter().any(|g| !g.grace.is_zero())
+    }
+
+    /// Checks the fields as a whole (`path`: the kubelet's file they came from, if any).
+    pub fn validated(self, path: Option<&Path>) -> Result<Self, ConfigError> {
+        let why = |field, msg: String| match path {
+            Some(p) => at(field, p, msg),
+            None => err(field, msg),
+        };
+        if self.grace_period_critical_pods > self.grace_period {
+            return Err(why(
+                "shutdownGracePeriodCriticalPods",
+                format!(
+                    "{:?} must not be longer than shutdownGracePeriod ({:?})",
+                    self.grace_period_critical_pods, self.grace_period
+                ),
+            ));
+        }
+        if !self.by_pod_priority.is_empty() && !self.grace_period.is_zero() {
+            return Err(why(
+                BY_POD_PRIORITY,
+                "cannot be given together with shutdownGracePeriod".into(),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+/// The shutdown fields as reaplet's own settings give them (flags, environment, its file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownLayer {
+    pub grace_period: Option<Duration>,
+    pub grace_period_critical_pods: Option<Duration>,
+    pub by_pod_priority: Option<Vec<PodPriorityGrace>>,
+}
+
+impl ShutdownLayer {
+    /// Parses the three fields of a merged layer of reaplet's settings.
+    pub fn from_raw(raw: &RawSettings) -> Result<Self, ConfigError> {
+        const OURS: &str = "reaplet's settings";
+        let period = |field: &'static str, v: &Option<String>| {
+            v.as_ref()
+                .map(|s| shutdown_period(field, &Value::String(s.clone()), Path::new(OURS)))
+                .transpose()
+        };
+        let by_pod_priority = match &raw.shutdown_grace_period_by_pod_priority {
+            None => None,
+            Some(text) => {
+                let v: Value = serde_json::from_str(text).map_err(|_| {
+                    err(
+                        BY_POD_PRIORITY,
+                        format!("{text:?} must be a list of mappings"),
+                    )
+                })?;
+                Some(by_pod_priority(&v, Path::new(OURS))?)
+            }
+        };
+        Ok(Self {
+            grace_period: period("shutdownGracePeriod", &raw.shutdown_grace_period)?,
+            grace_period_critical_pods: period(
+                "shutdownGracePeriodCriticalPods",
+                &raw.shutdown_grace_period_critical_pods,
+            )?,
+            by_pod_priority,
+        })
+    }
+
+    /// The three fields are one setting: when reaplet's settings give any of them, the
+    /// kubelet's file (`lower`) is not read for the others.
+    pub fn over(self, lower: ShutdownSettings) -> ShutdownSettings {
+        if self == Self::default() {
+            return lower;
+        }
+        ShutdownSettings {
+            grace_period: self.grace_period.unwrap_or_default(),
+            grace_period_critical_pods: self.grace_period_critical_pods.unwrap_or_default(),
+            by_pod_priority: self.by_pod_priority.unwrap_or_default(),
+        }
+    }
+}
+
 /// What a `KubeletConfiguration` file says about reaplet's settings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KubeletFile {
@@ -180,8 +264,11 @@ fn shutdown_period(field: &'static str, v: &Value, path: &Path) -> Result<Durati
     Ok(d)
 }
 
+/// The one list-valued shutdown field.
+pub const BY_POD_PRIORITY: &str = "shutdownGracePeriodByPodPriority";
+
 fn by_pod_priority(v: &Value, path: &Path) -> Result<Vec<PodPriorityGrace>, ConfigError> {
-    const FIELD: &str = "shutdownGracePeriodByPodPriority";
+    const FIELD: &str = BY_POD_PRIORITY;
     let items = match v {
         Value::Null => return Ok(Vec::new()),
         Value::Array(a) => a,
@@ -314,24 +401,7 @@ impl KubeletFile {
             f.used.extend(set);
         }
         f.shutdown.by_pod_priority = by_priority.unwrap_or_default();
-        let s = &f.shutdown;
-        if s.grace_period_critical_pods > s.grace_period {
-            return Err(at(
-                "shutdownGracePeriodCriticalPods",
-                path,
-                format!(
-                    "{:?} must not be longer than shutdownGracePeriod ({:?})",
-                    s.grace_period_critical_pods, s.grace_period
-                ),
-            ));
-        }
-        if !s.by_pod_priority.is_empty() && !s.grace_period.is_zero() {
-            return Err(at(
-                "shutdownGracePeriodByPodPriority",
-                path,
-                "cannot be given together with shutdownGracePeriod",
-            ));
-        }
+        f.shutdown = std::mem::take(&mut f.shutdown).validated(Some(path))?;
         f.ignored.sort();
         f.used.sort();
         Ok(f)

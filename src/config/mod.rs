@@ -94,6 +94,11 @@ pub struct RawSettings {
     pub node_affinity_selector: Option<String>,
     pub node_affinity_settle: Option<String>,
     pub eviction_dry_run: Option<String>,
+    /// Graceful node shutdown, with the kubelet's names and meaning; the list is kept as its
+    /// JSON text in this layer of strings.
+    pub shutdown_grace_period: Option<String>,
+    pub shutdown_grace_period_critical_pods: Option<String>,
+    pub shutdown_grace_period_by_pod_priority: Option<String>,
 }
 
 /// A config file: reaplet's own kind, or the kubelet's.
@@ -197,6 +202,8 @@ impl RawSettings {
                 serde_json::Value::Number(n) => n.to_string(),
                 serde_json::Value::Bool(b) => b.to_string(),
                 serde_json::Value::Null => continue,
+                // the one list setting, parsed with the rest in `resolve`
+                v @ serde_json::Value::Array(_) if key == kubelet::BY_POD_PRIORITY => v.to_string(),
                 _ => {
                     return Err(err(known_field(&key), "must be a single value"));
                 }
@@ -257,7 +264,10 @@ macro_rules! every_field {
             node_affinity_namespaces,
             node_affinity_selector,
             node_affinity_settle,
-            eviction_dry_run
+            eviction_dry_run,
+            shutdown_grace_period,
+            shutdown_grace_period_critical_pods,
+            shutdown_grace_period_by_pod_priority
         )
     };
 }
@@ -310,6 +320,9 @@ pub const FIELDS: &[&str] = &[
     "nodeAffinitySelector",
     "nodeAffinitySettle",
     "evictionDryRun",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
 ];
 
 /// Known field names, for errors about a key that is not a field.
@@ -364,7 +377,8 @@ pub struct Settings {
     pub relist_period_with_events: Duration,
     /// Subscribe to container exits (CRI `GetContainerEvents`, else containerd's events).
     pub container_events: bool,
-    /// Graceful node shutdown (the kubelet's `shutdownGracePeriod*`, from its file only).
+    /// Graceful node shutdown (the kubelet's `shutdownGracePeriod*`, from reaplet's settings
+    /// or the kubelet's file).
     pub shutdown: ShutdownSettings,
     /// Primary, standby beside a kubelet, or auto ([`crate::standby`]).
     pub authority: AuthoritySetting,
@@ -393,6 +407,9 @@ pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:10258";
 /// Resolves one merged layer (flags > environment > file, see [`RawSettings::over`]) into
 /// validated settings.
 pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
+    let shutdown = kubelet::ShutdownLayer::from_raw(&raw)?
+        .over(ShutdownSettings::default())
+        .validated(None)?;
     let kubeconfig = raw
         .kubeconfig
         .map(|v| abs_path("kubeconfig", &v))
@@ -542,7 +559,7 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
         relist_period,
         relist_period_with_events,
         container_events: boolean("containerEvents", raw.container_events, true)?,
-        shutdown: ShutdownSettings::default(),
+        shutdown,
         authority,
         kubelet_healthz_url,
         takeover_after: duration(
@@ -663,9 +680,11 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     };
     // the kubelet's values alone first, so an error names the kubelet's field and file
     file.validate(&upper, &path)?;
+    let layer = kubelet::ShutdownLayer::from_raw(&upper)?;
     let mut settings = resolve(upper.over(file.raw.clone()))?;
     settings.kubelet_config = Some(path.clone());
-    settings.shutdown = file.shutdown.clone();
+    // each shutdown field from the highest layer that sets it, then checked as a whole
+    settings.shutdown = layer.over(file.shutdown.clone()).validated(Some(&path))?;
     Ok(Loaded {
         settings,
         kubelet: Some(KubeletSummary {

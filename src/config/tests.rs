@@ -51,6 +51,12 @@ pub const INVALID: &[(&str, &str)] = &[
     ("nodeAffinitySelector", "app=a b"),
     ("nodeAffinitySettle", "soon"),
     ("evictionDryRun", "maybe"),
+    ("shutdownGracePeriod", "500ms"),
+    ("shutdownGracePeriodCriticalPods", "-3s"),
+    (
+        "shutdownGracePeriodByPodPriority",
+        "[{\"priority\": 1, \"shutdownGracePeriodSeconds\": -1}]",
+    ),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -87,6 +93,9 @@ fn set(field: &str, v: &str) -> RawSettings {
         "nodeAffinitySelector" => r.node_affinity_selector = v,
         "nodeAffinitySettle" => r.node_affinity_settle = v,
         "evictionDryRun" => r.eviction_dry_run = v,
+        "shutdownGracePeriod" => r.shutdown_grace_period = v,
+        "shutdownGracePeriodCriticalPods" => r.shutdown_grace_period_critical_pods = v,
+        "shutdownGracePeriodByPodPriority" => r.shutdown_grace_period_by_pod_priority = v,
         _ => panic!("unknown field {field}"),
     }
     r
@@ -365,4 +374,79 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
         let s = resolve(set("authority", v)).unwrap();
         assert_eq!(s.authority.as_str(), v);
     }
+}
+
+/// The shutdown settings with the kubelet's names in reaplet's own file and flags; when
+/// reaplet's settings give any of them, the kubelet's file is not read for the others.
+#[test]
+fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = write(
+        dir.path(),
+        "kubelet.yaml",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n",
+    );
+    let own = write(
+        dir.path(),
+        "reaplet.yaml",
+        &format!(
+            "kubeletConfig: {}\nshutdownGracePeriodByPodPriority:\n\
+             - priority: 100000\n  shutdownGracePeriodSeconds: 6\n\
+             - priority: 0\n  shutdownGracePeriodSeconds: 8\n",
+            kubelet.display()
+        ),
+    );
+    let s = load(RawSettings::default(), Some(&own))
+        .unwrap()
+        .settings
+        .shutdown;
+    assert_eq!(
+        s.grace_period,
+        Duration::ZERO,
+        "the kubelet's periods are not mixed in"
+    );
+    let by: Vec<(i32, u64)> = s
+        .by_pod_priority
+        .iter()
+        .map(|g| (g.priority, g.grace.as_secs()))
+        .collect();
+    assert_eq!(by, vec![(0, 8), (100_000, 6)]);
+    // the kubelet's file alone
+    let s = load(RawSettings::default(), Some(&kubelet))
+        .unwrap()
+        .settings
+        .shutdown;
+    assert_eq!(
+        (
+            s.grace_period.as_secs(),
+            s.grace_period_critical_pods.as_secs()
+        ),
+        (30, 10)
+    );
+    // a flag over both files, checked as a whole: the critical part is longer than the period
+    let flags = RawSettings {
+        shutdown_grace_period: Some("5s".into()),
+        shutdown_grace_period_critical_pods: Some("6s".into()),
+        ..RawSettings::default()
+    };
+    let e = load(flags, Some(&own)).unwrap_err();
+    assert_eq!(e.field, "shutdownGracePeriodCriticalPods", "{e}");
+    // a list and a period in reaplet's own file
+    let both = write(
+        dir.path(),
+        "both.yaml",
+        "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n",
+    );
+    let e = load(RawSettings::default(), Some(&both)).unwrap_err();
+    assert_eq!(e.field, "shutdownGracePeriodByPodPriority", "{e}");
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "shutdownGracePeriodByPodPriority: 3\n",
+    );
+    assert_eq!(
+        load(RawSettings::default(), Some(&bad)).unwrap_err().field,
+        "shutdownGracePeriodByPodPriority"
+    );
 }

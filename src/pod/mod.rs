@@ -145,6 +145,9 @@ pub struct PodInfo {
     pub host_network: bool,
     pub pod_ip: Option<IpAddr>,
     pub qos: QosClass,
+    /// `spec.priority` (0 when unset, as the kubelet's shutdown manager reads it): the graceful
+    /// node shutdown group ([`crate::shutdown`]).
+    pub priority: i32,
     /// A static (file) pod or its mirror: no terminal phase, no API delete.
     pub static_pod: bool,
 }
@@ -262,6 +265,7 @@ impl PodInfo {
                 Some("BestEffort") => QosClass::BestEffort,
                 _ => qos_from_spec(spec),
             },
+            priority: spec.priority.unwrap_or(0),
             static_pod,
         })
     }
@@ -322,6 +326,7 @@ impl PodInfo {
             host_network: false,
             pod_ip: None,
             qos: QosClass::BestEffort,
+            priority: 0,
             static_pod: false,
         }
     }

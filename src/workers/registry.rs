@@ -215,6 +215,24 @@ impl<R: Runtime> PodWorkers<R> {
         out
     }
 
+    /// The pods of the sources not yet stopped: no worker, or one still syncing or terminating
+    /// (the kubelet's `GetActivePods`, which its shutdown manager ends).
+    pub fn active_pods(&self) -> Vec<PodInfo> {
+        let reg = self.registry();
+        let mut out: Vec<PodInfo> = reg
+            .desired
+            .values()
+            .filter(|p| {
+                reg.workers
+                    .get(&p.uid)
+                    .is_none_or(|w| matches!(w.phase(), PodPhase::Sync | PodPhase::Terminating))
+            })
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.uid.cmp(&b.uid));
+        out
+    }
+
     /// The view of one pod.
     pub fn view(&self, uid: &PodUid) -> Option<PodView> {
         let reg = self.registry();

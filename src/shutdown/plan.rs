@@ -1,8 +1,7 @@
-//! Graceful node shutdown, the plan: the kubelet's node shutdown manager
+//! The plan of a graceful node shutdown: the kubelet's node shutdown manager
 //! (`pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go`: `migrateConfig`,
 //! `groupByPriority`, `processShutdownEvent`) as pure functions. Which pods end in which group,
-//! with what grace, and in what order; the statuses a shutdown writes. (Issue 20: the logind
-//! inhibitor and `PrepareForShutdown` that drive this are not built yet.)
+//! with what grace, and in what order; the statuses a shutdown writes.
 //!
 //! Invariants:
 //! * the groups come from `shutdownGracePeriodByPodPriority`, or else from
