@@ -306,6 +306,14 @@ async fn shutdown_check(settings: &Settings, host: &HostPaths<'_>) -> Line {
         Ok(d) => d,
         Err(e) => return line(NAME, Outcome::Warn, format!("{plan}; logind: {e}")),
     };
+    // a refusal shows only when asked: one lock, released at once
+    if let Err(e) = logind.inhibit().await {
+        return line(
+            NAME,
+            Outcome::Warn,
+            format!("{plan}; logind refuses a delay inhibitor: {e}"),
+        );
+    }
     let others: Vec<String> = logind
         .inhibitors()
         .await

@@ -64,11 +64,6 @@ pub struct ShutdownSettings {
 }
 
 impl ShutdownSettings {
-    /// Whether any group is configured (else no inhibitor is ever taken).
-    pub fn enabled(&self) -> bool {
-        !self.grace_period.is_zero() || self.by_pod_priority.iter().any(|g| !g.grace.is_zero())
-    }
-
     /// Checks the fields as a whole (`path`: the kubelet's file they came from, if any).
     pub fn validated(self, path: Option<&Path>) -> Result<Self, ConfigError> {
         let why = |field, msg: String| match path {
@@ -133,16 +128,20 @@ impl ShutdownLayer {
         })
     }
 
-    /// The three fields are one setting: when reaplet's settings give any of them, the
-    /// kubelet's file (`lower`) is not read for the others.
+    /// Whether reaplet's settings give any of the fields.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Each field from this layer when it sets it, else from `lower` (the kubelet's file), as
+    /// the kubelet's own flags override its file field by field; check the result as a whole.
     pub fn over(self, lower: ShutdownSettings) -> ShutdownSettings {
-        if self == Self::default() {
-            return lower;
-        }
         ShutdownSettings {
-            grace_period: self.grace_period.unwrap_or_default(),
-            grace_period_critical_pods: self.grace_period_critical_pods.unwrap_or_default(),
-            by_pod_priority: self.by_pod_priority.unwrap_or_default(),
+            grace_period: self.grace_period.unwrap_or(lower.grace_period),
+            grace_period_critical_pods: self
+                .grace_period_critical_pods
+                .unwrap_or(lower.grace_period_critical_pods),
+            by_pod_priority: self.by_pod_priority.unwrap_or(lower.by_pod_priority),
         }
     }
 }

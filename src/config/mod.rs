@@ -680,8 +680,13 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     };
     // the kubelet's values alone first, so an error names the kubelet's field and file
     file.validate(&upper, &path)?;
+    // the shutdown fields are checked once merged with the kubelet's (below), not alone
     let layer = kubelet::ShutdownLayer::from_raw(&upper)?;
-    let mut settings = resolve(upper.over(file.raw.clone()))?;
+    let mut alone = upper;
+    alone.shutdown_grace_period = None;
+    alone.shutdown_grace_period_critical_pods = None;
+    alone.shutdown_grace_period_by_pod_priority = None;
+    let mut settings = resolve(alone.over(file.raw.clone()))?;
     settings.kubelet_config = Some(path.clone());
     // each shutdown field from the highest layer that sets it, then checked as a whole
     settings.shutdown = layer.over(file.shutdown.clone()).validated(Some(&path))?;

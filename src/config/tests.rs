@@ -376,8 +376,8 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
     }
 }
 
-/// The shutdown settings with the kubelet's names in reaplet's own file and flags; when
-/// reaplet's settings give any of them, the kubelet's file is not read for the others.
+/// The shutdown settings with the kubelet's names in reaplet's own file and flags, each field
+/// over the kubelet's file's, checked once merged.
 #[test]
 fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,22 +390,14 @@ fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
     let own = write(
         dir.path(),
         "reaplet.yaml",
-        &format!(
-            "kubeletConfig: {}\nshutdownGracePeriodByPodPriority:\n\
-             - priority: 100000\n  shutdownGracePeriodSeconds: 6\n\
-             - priority: 0\n  shutdownGracePeriodSeconds: 8\n",
-            kubelet.display()
-        ),
+        "shutdownGracePeriodByPodPriority:\n\
+         - priority: 100000\n  shutdownGracePeriodSeconds: 6\n\
+         - priority: 0\n  shutdownGracePeriodSeconds: 8\n",
     );
     let s = load(RawSettings::default(), Some(&own))
         .unwrap()
         .settings
         .shutdown;
-    assert_eq!(
-        s.grace_period,
-        Duration::ZERO,
-        "the kubelet's periods are not mixed in"
-    );
     let by: Vec<(i32, u64)> = s
         .by_pod_priority
         .iter()
@@ -424,21 +416,33 @@ fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
         ),
         (30, 10)
     );
-    // a flag over both files, checked as a whole: the critical part is longer than the period
+    // a flag over the kubelet's file, field by field: 30 s from the file, 5 s from the flag
     let flags = RawSettings {
-        shutdown_grace_period: Some("5s".into()),
-        shutdown_grace_period_critical_pods: Some("6s".into()),
+        shutdown_grace_period_critical_pods: Some("5s".into()),
+        kubelet_config: Some(kubelet.display().to_string()),
+        ..RawSettings::default()
+    };
+    let s = load(flags.clone(), None).unwrap().settings.shutdown;
+    assert_eq!(
+        (
+            s.grace_period.as_secs(),
+            s.grace_period_critical_pods.as_secs()
+        ),
+        (30, 5)
+    );
+    // checked once merged: a critical part longer than the kubelet's period
+    let flags = RawSettings {
+        shutdown_grace_period_critical_pods: Some("40s".into()),
+        ..flags
+    };
+    let e = load(flags, None).unwrap_err();
+    assert_eq!(e.field, "shutdownGracePeriodCriticalPods", "{e}");
+    // reaplet's list over the kubelet's period: the kubelet's rule, exclusive
+    let flags = RawSettings {
+        kubelet_config: Some(kubelet.display().to_string()),
         ..RawSettings::default()
     };
     let e = load(flags, Some(&own)).unwrap_err();
-    assert_eq!(e.field, "shutdownGracePeriodCriticalPods", "{e}");
-    // a list and a period in reaplet's own file
-    let both = write(
-        dir.path(),
-        "both.yaml",
-        "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n",
-    );
-    let e = load(RawSettings::default(), Some(&both)).unwrap_err();
     assert_eq!(e.field, "shutdownGracePeriodByPodPriority", "{e}");
     let bad = write(
         dir.path(),

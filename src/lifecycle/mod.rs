@@ -38,8 +38,10 @@ pub enum KillReason {
     /// An eviction source of this node decided it ([`crate::eviction`]): the API side (a
     /// DELETE, or an Eviction) is done; the pod ends at once instead of a watch round trip later.
     Evicted(EvictionSource),
-    /// A kill through the library API (eviction, node shutdown, preemption): the
-    /// `DisruptionTarget` reason and a message for the status.
+    /// A kill of reaplet's own deciding, as the kubelet's `killPodFunc` callers (node-pressure
+    /// eviction, graceful node shutdown, admission preemption): the `DisruptionTarget` reason and
+    /// a message for the status. Its pod ends `Failed` whatever the exit codes, as their status
+    /// function sets it when the kill starts.
     Requested {
         disruption: Option<String>,
         reason: Option<String>,

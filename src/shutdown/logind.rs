@@ -8,7 +8,8 @@
 //!   which is the release (logind then stops waiting for this process); it is never closed
 //!   twice (the kubelet's stored-fd close after a cancellation can hit a reused descriptor);
 //! * the drop-in is written only when the delay logind reports is shorter than needed, in a
-//!   file of reaplet's own, atomically (write, then rename);
+//!   file of reaplet's own that sorts before the kubelet's, atomically (write, then rename);
+//! * every call is bounded ([`CALL_TIMEOUT`]): a stuck logind never holds reaplet up;
 //! * errors carry the method or path and are classified by type (a D-Bus error name), never by
 //!   message text.
 
@@ -29,7 +30,12 @@ pub const WHO: &str = "reaplet";
 pub const WHY: &str = "reaplet ends this node's pods before it shuts down";
 /// logind's drop-in directory, and reaplet's file in it (the kubelet's is `99-kubelet.conf`).
 pub const DROP_IN_DIR: &str = "/etc/systemd/logind.conf.d";
-pub const DROP_IN_FILE: &str = "99-reaplet.conf";
+/// It sorts before the kubelet's (`99-kubelet.conf`): on a node where both run, the kubelet's
+/// own setting wins, and reaplet never cuts the kubelet's shutdown short.
+pub const DROP_IN_FILE: &str = "98-reaplet.conf";
+
+/// How long any call on the bus may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogindError {
@@ -116,6 +122,7 @@ impl Logind {
         let conn =
             zbus::connection::Builder::address(format!("unix:path={}", socket.display()).as_str())
                 .map_err(bus)?
+                .method_timeout(CALL_TIMEOUT)
                 .build()
                 .await
                 .map_err(bus)?;
@@ -205,34 +212,30 @@ impl Logind {
     }
 
     /// `PrepareForShutdown` as it comes: `true` a shutdown begins, `false` it was cancelled.
-    /// The stream ends when the connection does.
+    /// Only logind's own signals count: the stream is a proxy's, which keeps the signals whose
+    /// sender is the unique name that owns `org.freedesktop.login1` (a well-known sender in a
+    /// match rule alone is not checked locally, and any local process may send a signal to
+    /// reaplet's connection). The stream ends when the connection does.
     pub async fn shutdown_signals(
         &self,
     ) -> Result<impl Stream<Item = bool> + Unpin + use<>, LogindError> {
         const M: &str = "AddMatch PrepareForShutdown";
         let call = |e| LogindError::call(M, e);
-        let rule = zbus::MatchRule::builder()
-            .msg_type(zbus::message::Type::Signal)
-            .sender(LOGIND)
-            .map_err(call)?
-            .path(LOGIND_PATH)
-            .map_err(call)?
-            .interface(LOGIND_MANAGER)
-            .map_err(call)?
-            .member("PrepareForShutdown")
-            .map_err(call)?
-            .build();
-        let stream = zbus::MessageStream::for_match_rule(rule, &self.conn, Some(8))
+        let proxy = zbus::Proxy::new_owned(self.conn.clone(), LOGIND, LOGIND_PATH, LOGIND_MANAGER)
+            .await
+            .map_err(call)?;
+        let stream = proxy
+            .receive_signal("PrepareForShutdown")
             .await
             .map_err(call)?;
         Ok(stream.filter_map(|m| {
-            let b = m.ok().and_then(|m| match m.body().deserialize::<bool>() {
+            let b = match m.body().deserialize::<bool>() {
                 Ok(b) => Some(b),
                 Err(e) => {
                     tracing::warn!(err = %e, "PrepareForShutdown without a boolean; ignored");
                     None
                 }
-            });
+            };
             std::future::ready(b)
         }))
     }
@@ -273,7 +276,7 @@ mod tests {
             Duration::from_millis(35_200),
         )
         .unwrap();
-        assert_eq!(p.file_name().unwrap(), "99-reaplet.conf");
+        assert_eq!(p.file_name().unwrap(), "98-reaplet.conf");
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains("[Login]\nInhibitDelayMaxSec=36\n"), "{text}");
         // rewritten in place, no temporary left
@@ -282,7 +285,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("99-reaplet.conf")]);
+        assert_eq!(names, vec![std::ffi::OsString::from("98-reaplet.conf")]);
         assert!(
             std::fs::read_to_string(&p)
                 .unwrap()

@@ -21,9 +21,13 @@
 //!   start-time metric); a hand-back releases the lock, a takeover takes it;
 //! * a shutdown is handled once: after it the lock is released and not taken again until logind
 //!   says the shutdown was cancelled (`PrepareForShutdown(false)`), as the kubelet does;
+//! * logind's configuration is touched only when reaplet is about to hold the lock, never while
+//!   passive (the kubelet's drop-in is the kubelet's);
+//! * only logind's own `PrepareForShutdown` counts (the sender is checked against the owner of
+//!   `org.freedesktop.login1`): another local process cannot make reaplet end every pod;
 //! * logind absent or refusing is said once (a warning, and `reaplet check`), then retried
-//!   quietly with backoff; nothing else in reaplet depends on it. A bus connection that ends is
-//!   made again (the kubelet: after 1 s);
+//!   quietly with a growing backoff (1 s to 64 s); nothing else in reaplet depends on it. A bus
+//!   connection that ends is made again; a handled shutdown stays handled across it;
 //! * stopping reaplet releases the lock (the fd closes with the process) and never kills pods.
 
 pub mod logind;
@@ -109,34 +113,58 @@ enum End {
     Lost(LogindError),
 }
 
+/// What outlives one bus connection.
+#[derive(Default)]
+struct State {
+    /// A shutdown was handled and not cancelled: the lock stays released.
+    shut_down: bool,
+    /// logind's delay was checked (and raised if it could be) for this process.
+    delay_checked: bool,
+    /// A lock was held since the last failure was reported.
+    held: bool,
+}
+
 fn unix_now() -> i64 {
     crate::wall_ns() / 1_000_000_000
 }
 
-/// Connects and makes sure logind waits long enough; the drop-in is written when it would not.
-async fn prepare(config: &ShutdownConfig, needed: Duration) -> Result<Logind, LogindError> {
-    let logind = Logind::connect(&config.bus).await?;
-    let current = logind.inhibit_delay_max().await?;
-    if current >= needed {
-        return Ok(logind);
-    }
-    let path = logind::write_drop_in(&config.drop_in_dir, needed)?;
-    logind.reload().await?;
-    // logind reads its configuration after the signal: a few looks, as the kubelet does
-    let mut got = current;
-    for attempt in 0..6u32 {
-        tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
-        got = logind.inhibit_delay_max().await?;
-        if got >= needed {
-            tracing::info!(from = ?current, to = ?got, dropIn = %path.display(),
-                "logind's InhibitDelayMaxSec raised for graceful node shutdown");
-            return Ok(logind);
+/// Makes sure logind waits long enough, writing reaplet's drop-in when it would not. Done only
+/// when reaplet is about to hold the lock (never while passive: the kubelet's setting is the
+/// kubelet's). A failure is logged and the lock is taken all the same: logind then waits what
+/// it allows.
+async fn ensure_delay(config: &ShutdownConfig, logind: &Logind, needed: Duration) {
+    let current = match logind.inhibit_delay_max().await {
+        Ok(d) if d >= needed => return,
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(err = %e, "logind's InhibitDelayMaxSec unknown; taking the inhibitor all the same");
+            return;
         }
+    };
+    let raised = async {
+        let path = logind::write_drop_in(&config.drop_in_dir, needed)?;
+        logind.reload().await?;
+        // logind reads its configuration after the signal: a few looks, as the kubelet does
+        let mut got = current;
+        for attempt in 0..6u32 {
+            tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
+            got = logind.inhibit_delay_max().await?;
+            if got >= needed {
+                return Ok((got, path));
+            }
+        }
+        Err(LogindError::DelayTooShort {
+            wanted: needed,
+            got,
+            drop_in: path,
+        })
+    };
+    match raised.await {
+        Ok((got, path)) => tracing::info!(from = ?current, to = ?got, dropIn = %path.display(),
+            "logind's InhibitDelayMaxSec raised for graceful node shutdown"),
+        Err(e) => tracing::warn!(err = %e, current = ?current,
+            "logind's InhibitDelayMaxSec not raised: a shutdown will be cut short by logind"),
     }
-    // the lock is still worth taking: logind waits what it allows
-    tracing::warn!(err = %LogindError::DelayTooShort { wanted: needed, got, drop_in: path },
-        "graceful node shutdown will be cut short by logind");
-    Ok(logind)
 }
 
 /// Runs until `cancel`: the inhibitor while active, the shutdown when logind announces it.
@@ -146,27 +174,26 @@ pub async fn run<P: Pods>(ctx: Context<P>, cancel: CancellationToken) {
         tracing::info!("graceful node shutdown not configured: no inhibitor taken");
         return;
     }
-    let needed = ctx.config.delay_needed();
-    tracing::info!(groups = groups.len(), delay = ?needed, "graceful node shutdown configured");
+    tracing::info!(groups = groups.len(), delay = ?ctx.config.delay_needed(),
+        "graceful node shutdown configured");
+    let mut state = State::default();
     let mut failures: u32 = 0;
     loop {
         let r = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = prepare(&ctx.config, needed) => r,
+            r = Logind::connect(&ctx.config.bus) => r,
         };
         let err = match r {
-            Ok(logind) => {
-                if failures > 0 {
-                    tracing::info!("logind reachable again: graceful node shutdown available");
-                }
-                failures = 0;
-                match session(&ctx, &groups, &logind, &cancel).await {
-                    End::Stopped => return,
-                    End::Lost(e) => e,
-                }
-            }
+            Ok(logind) => match session(&ctx, &groups, &logind, &mut state, &cancel).await {
+                End::Stopped => return,
+                End::Lost(e) => e,
+            },
             Err(e) => e,
         };
+        // a session that held the lock was a success: the next failure is news again
+        if std::mem::take(&mut state.held) {
+            failures = 0;
+        }
         failures += 1;
         if failures == 1 {
             tracing::warn!(err = %err, "graceful node shutdown unavailable: logind cannot be used; retrying quietly");
@@ -186,6 +213,7 @@ async fn session<P: Pods>(
     ctx: &Context<P>,
     groups: &[Group],
     logind: &Logind,
+    state: &mut State,
     cancel: &CancellationToken,
 ) -> End {
     let mut signals = match logind.shutdown_signals().await {
@@ -194,15 +222,20 @@ async fn session<P: Pods>(
     };
     let mut authority = ctx.authority.changes();
     let mut lock: Option<InhibitLock> = None;
-    // a shutdown was handled and not cancelled: the lock stays released
-    let mut shut_down = false;
     loop {
         let active = ctx.authority.is_active();
-        if active && !shut_down && lock.is_none() {
+        if active && !state.shut_down && lock.is_none() {
+            if !state.delay_checked {
+                ensure_delay(&ctx.config, logind, ctx.config.delay_needed()).await;
+                state.delay_checked = true;
+            }
             match logind.inhibit().await {
                 Ok(l) => {
-                    tracing::info!(delay = ?ctx.config.delay_needed(),
-                        "logind delay inhibitor taken for graceful node shutdown");
+                    if !state.held {
+                        tracing::info!(delay = ?ctx.config.delay_needed(),
+                            "logind delay inhibitor taken for graceful node shutdown");
+                    }
+                    state.held = true;
                     lock = Some(l);
                 }
                 Err(e) => return End::Lost(e),
@@ -223,7 +256,7 @@ async fn session<P: Pods>(
                         std::io::ErrorKind::UnexpectedEof)))),
                 }),
                 Some(true) if lock.is_some() => {
-                    shut_down = true;
+                    state.shut_down = true;
                     tokio::select! {
                         _ = cancel.cancelled() => return End::Stopped,
                         _ = end_pods(ctx, groups) => {}
@@ -231,16 +264,19 @@ async fn session<P: Pods>(
                     lock = None;
                     tracing::info!("node shutdown: logind inhibitor released; the node shuts down now");
                 }
+                Some(true) if state.shut_down => {
+                    tracing::info!("node shutdown announced again; already handled");
+                }
                 Some(true) => {
                     if let Some(m) = &ctx.metrics {
                         m.graceful_shutdown_start_time.set(unix_now());
                     }
-                    tracing::info!(active, "node shutdown announced; not holding the inhibitor (standby: the kubelet ends the pods)");
+                    tracing::info!("node shutdown announced while in standby: the kubelet ends the pods");
                 }
                 Some(false) => {
-                    tracing::info!("node shutdown cancelled");
-                    if shut_down {
-                        shut_down = false;
+                    tracing::info!(active, "node shutdown cancelled");
+                    state.shut_down = false;
+                    if active {
                         ctx.events.record_node(NodeEventReason::Shutdown,
                             "Shutdown manager detected shutdown cancellation");
                         if let Some(n) = &ctx.node
@@ -296,8 +332,11 @@ async fn end_pods<P: Pods>(ctx: &Context<P>, groups: &[Group]) {
             );
         }
     }
-    if let Some(h) = ready {
-        let _ = tokio::time::timeout_at(flush_end, h).await;
+    if let Some(mut h) = ready
+        && tokio::time::timeout_at(flush_end, &mut h).await.is_err()
+    {
+        // never left to land after a cancellation's restore
+        h.abort();
     }
     if let Some(m) = &ctx.metrics {
         m.graceful_shutdown_end_time.set(unix_now());

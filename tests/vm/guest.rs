@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "poweroff.rs"]
+mod poweroff;
 #[path = "rescue.rs"]
 mod rescue;
 
@@ -304,6 +306,10 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     g.record("ready_only_after_cri", t, r.map(|(d, _)| d));
 
     let t = Instant::now();
+    let r = poweroff::shutdown_off_takes_no_inhibitor().await;
+    g.record("shutdown_off_takes_no_inhibitor", t, r);
+
+    let t = Instant::now();
     let r = match orphan {
         Ok(p) => orphan_stopped(&g, &p, active_ns).await,
         Err(e) => Err(e),
@@ -331,7 +337,10 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     let r = rescue::standby_rescue(&g).await;
     g.record("standby_rescues_a_terminating_pod", t, r);
 
-    let _ = sh("systemctl", &["stop", UNIT]);
+    // the last scenario: it powers the guest off (the runner collects the results after it)
+    let t = Instant::now();
+    let r = poweroff::poweroff(&g).await;
+    g.record("poweroff_ends_pods_by_priority", t, r);
     if g.failed > 0 { 1 } else { 0 }
 }
 

@@ -30,12 +30,14 @@ use serde::{Deserialize, Serialize};
 pub const SCENARIOS: &[&str] = &[
     "check_passes",
     "ready_only_after_cri",
+    "shutdown_off_takes_no_inhibitor",
     "orphan_stopped_with_grace_1",
     "manifest_removal_terminates",
     "pod_slices_removed",
     "stop_leaves_pods_running",
     "watchdog_restarts_hung_loop",
     "standby_rescues_a_terminating_pod",
+    "poweroff_ends_pods_by_priority",
 ];
 
 /// One line of `results.jsonl`.

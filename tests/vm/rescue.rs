@@ -31,11 +31,11 @@ fn took_over(api: &ApiServer) -> bool {
         .any(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == "ReapletTookOver")
 }
 
-pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
-    let api = ApiServer::start().await;
+/// A kubeconfig for `api` as this node, in /etc/reaplet/vm-api.
+pub(super) fn api_kubeconfig(api: &ApiServer, node: &str) -> R<std::path::PathBuf> {
     let dir = Path::new("/etc/reaplet/vm-api");
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let kc = api.write_kubeconfig(dir, &g.node);
+    let kc = api.write_kubeconfig(dir, node);
     // the API server here speaks plain HTTP; reaplet's client still needs a root certificate
     // to build (with none in the kubeconfig it loads the system's, and this guest image has no
     // ca-certificates package, which every real node has): a throwaway one
@@ -51,6 +51,13 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
         ),
     )
     .map_err(|e| e.to_string())?;
+
+    Ok(kc)
+}
+
+pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
+    let api = ApiServer::start().await;
+    let kc = api_kubeconfig(&api, &g.node)?;
 
     // the kubelet stand-in: the Lease renewed, /healthz answered
     let mut kubelet = StandIn::new(api.handle(), &g.node, RENEW);

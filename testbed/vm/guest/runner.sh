@@ -4,6 +4,10 @@
 # and config, the images) and reaplet-out (written here: a tar of the results and the logs,
 # also when something failed).
 set -u
+# The last scenario powers the guest off: systemd then stops this unit, SIGTERM to every process
+# in it. This script and tee ignore it (the driver handles it: its scenario ends there) so the
+# results are still collected below.
+trap '' TERM
 by_serial() {
     local d
     for d in /sys/block/vd*; do
