@@ -392,7 +392,7 @@ fn demo_sh_stops_at_a_failed_build_naming_the_step() {
 // testbed/testbed.sh install: apt
 
 /// What `install` must look for: these are hidden so that it installs them.
-const TESTBED_PACKAGES: &[&str] = &["containerd", "runc", "gcc", "ctr"];
+const TESTBED_PACKAGES: &[&str] = &["containerd", "runc", "gcc", "ctr", "dbus-daemon"];
 
 fn apt_sandbox(apt_get: &str) -> Sandbox {
     let mut hide = TESTBED_PACKAGES.to_vec();

@@ -32,9 +32,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A relist this long after a (re)subscription, for an exit between the stream's opening and
-/// the runtime's registering it.
-const AFTER_SUBSCRIBE: Duration = Duration::from_secs(1);
+/// For this long after a (re)subscription the relist keeps the fast period: an exit between the
+/// stream's opening and the runtime's registering it is in no event, and right after a runtime
+/// restart the runtime's view may apply such an exit only seconds later (one relist 1 s after
+/// the resubscription still saw the container running in a loaded suite run; the exit then
+/// waited for the next periodic relist, 29 s).
+const AFTER_SUBSCRIBE: Duration = Duration::from_secs(10);
 
 /// What one relist found to do, decided under the registry lock and done after it.
 #[derive(Default)]
@@ -65,9 +68,13 @@ impl<R: Runtime> PodWorkers<R> {
         // periodic passes (the safety net, and the only ones that sweep leftovers) keep their
         // rhythm whatever events trigger in between
         let mut last_periodic = Instant::now();
+        // the fast period holds until then after a (re)subscription
+        let mut settling_until: Option<Instant> = None;
         loop {
-            // while the runtime is stalled, poll at the fast period to see it come back
-            let period = if sub.flowing() && self.runtime_stall().is_none() {
+            // while the runtime is stalled, poll at the fast period to see it come back; the
+            // same for a while after each (re)subscription
+            let settling = settling_until.is_some_and(|t| Instant::now() < t);
+            let period = if sub.flowing() && self.runtime_stall().is_none() && !settling {
                 self.inner.config.relist_period_with_events
             } else {
                 self.inner.config.relist_period
@@ -138,13 +145,13 @@ impl<R: Runtime> PodWorkers<R> {
                 }
             };
             // a stream is taken as open before the runtime has surely registered it: an exit in
-            // between is in no event and comes after this pass's relist. One more relist shortly
-            // after covers it (one suite run saw such an exit wait for the next periodic relist,
-            // 29 s)
-            let mut just_subscribed = false;
+            // between is in no event and may reach the runtime's view only after this pass's
+            // relist. The fast period for a while covers it
             if let Some(s) = subscribed {
                 sub.subscribed(s, Instant::now());
-                just_subscribed = sub.flowing();
+                if sub.flowing() {
+                    settling_until = Some(Instant::now() + AFTER_SUBSCRIBE);
+                }
             }
             match r {
                 Err(e) if !relist_failing => {
@@ -159,9 +166,6 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                     recheck = exits.after_relist(&running, Instant::now());
                 }
-            }
-            if just_subscribed {
-                recheck = Some(recheck.map_or(AFTER_SUBSCRIBE, |d| d.min(AFTER_SUBSCRIBE)));
             }
             self.judge_runtime_health();
             self.beat();

@@ -1,0 +1,540 @@
+//! The graceful node shutdown manager against logind's D-Bus interface, on a private
+//! `dbus-daemon` (Debian's, installed by `testbed/testbed.sh install`). The real logind needs
+//! systemd as PID 1 and is exercised in the VM test (`poweroff_ends_pods_by_priority`); here a
+//! stand-in serves `org.freedesktop.login1.Manager` (Inhibit with a real pipe descriptor,
+//! `InhibitDelayMaxUSec`, `PrepareForShutdown`) and systemd's `KillUnit` (which makes the
+//! stand-in read the drop-in again), so the manager's own decisions can be watched: the drop-in
+//! and the reload, the lock following the authority, a signal from another sender ignored, the
+//! groups in order, the lock released after them and taken again on a cancellation. The node's
+//! Ready condition is checked against the in-process API server.
+
+mod common;
+
+use reaplet::authority::Authority;
+use reaplet::events::{EventSink, NodeEventReason};
+use reaplet::pod::PodUid;
+use reaplet::shutdown::stages::Killer;
+use reaplet::shutdown::{self, Context, PodFacts, Pods, ShutdownConfig};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// How long every wait may take at most, and how long a negative check watches.
+const LIMIT: Duration = Duration::from_secs(10);
+const WINDOW: Duration = Duration::from_millis(1500);
+
+/// What the logind stand-in has seen.
+#[derive(Default)]
+struct Seen {
+    /// Locks taken: (who, what, mode), and whether each is still held (its pipe open).
+    locks: Vec<(String, String, String, Arc<Mutex<bool>>)>,
+    reloads: usize,
+    /// The unique bus name the locks were asked from (reaplet's connection).
+    client: Option<String>,
+}
+
+struct FakeLogind {
+    delay_us: Arc<Mutex<u64>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+#[zbus::interface(name = "org.freedesktop.login1.Manager")]
+impl FakeLogind {
+    async fn inhibit(
+        &self,
+        #[zbus(header)] header: zbus::message::Header<'_>,
+        what: &str,
+        who: &str,
+        _why: &str,
+        mode: &str,
+    ) -> zbus::fdo::Result<zbus::zvariant::OwnedFd> {
+        let (mut reader, writer) =
+            std::io::pipe().map_err(|e| zbus::fdo::Error::Failed(e.to_string()))?;
+        let held = Arc::new(Mutex::new(true));
+        let h = held.clone();
+        // released when every copy of the write end is closed
+        std::thread::spawn(move || {
+            let mut b = [0u8; 1];
+            while reader.read(&mut b).map(|n| n > 0).unwrap_or(false) {}
+            *h.lock().unwrap() = false;
+        });
+        let mut seen = self.seen.lock().unwrap();
+        seen.client = header.sender().map(|s| s.to_string());
+        seen.locks
+            .push((who.into(), what.into(), mode.into(), held));
+        Ok(zbus::zvariant::OwnedFd::from(std::os::fd::OwnedFd::from(
+            writer,
+        )))
+    }
+
+    #[zbus(property(emits_changed_signal = "false"), name = "InhibitDelayMaxUSec")]
+    fn inhibit_delay_max_usec(&self) -> u64 {
+        *self.delay_us.lock().unwrap()
+    }
+}
+
+/// systemd's manager, for the reload: SIGHUP to logind makes it read its drop-ins again.
+struct FakeSystemd {
+    dir: PathBuf,
+    delay_us: Arc<Mutex<u64>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+impl FakeSystemd {
+    fn kill_unit(&self, unit: &str, who: &str, signal: i32) -> zbus::fdo::Result<()> {
+        if (unit, who, signal) != ("systemd-logind.service", "all", 1) {
+            return Err(zbus::fdo::Error::InvalidArgs(format!(
+                "{unit} {who} {signal}"
+            )));
+        }
+        self.seen.lock().unwrap().reloads += 1;
+        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if let Some(v) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("InhibitDelayMaxSec="))
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                *self.delay_us.lock().unwrap() = v * 1_000_000;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pods that stop `stop_after` after their kill, recording each kill.
+#[derive(Clone)]
+struct FakePods {
+    pods: Vec<PodFacts>,
+    kills: Arc<Mutex<Vec<(String, i64, Instant)>>>,
+    stop_after: Duration,
+}
+
+impl Killer for FakePods {
+    fn kill(&self, uid: &PodUid, grace: i64) -> Option<oneshot::Receiver<()>> {
+        self.kills
+            .lock()
+            .unwrap()
+            .push((uid.as_str().into(), grace, Instant::now()));
+        let (tx, rx) = oneshot::channel();
+        let after = self.stop_after;
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = tx.send(());
+        });
+        Some(rx)
+    }
+}
+
+impl Pods for FakePods {
+    fn active(&self) -> Vec<PodFacts> {
+        self.pods.clone()
+    }
+}
+
+/// A private bus: `dbus-daemon` with a policy that lets anyone own and send anything.
+struct Bus {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_bus(dir: &Path) -> Bus {
+    let socket = dir.join("bus");
+    let config = dir.join("bus.conf");
+    std::fs::write(
+        &config,
+        format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"#,
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .arg("--nofork")
+        .spawn()
+        .expect("dbus-daemon (Debian's dbus-daemon package; scripts/test.sh installs it)");
+    let start = Instant::now();
+    while !socket.exists() {
+        assert!(start.elapsed() < LIMIT, "dbus-daemon never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Bus { child, socket }
+}
+
+async fn connect(socket: &Path) -> zbus::connection::Builder<'static> {
+    zbus::connection::Builder::address(format!("unix:path={}", socket.display()).as_str()).unwrap()
+}
+
+/// A connection owning `name` and serving `iface` at `path`.
+async fn serve<I: zbus::object_server::Interface>(
+    socket: &Path,
+    name: &'static str,
+    path: &'static str,
+    iface: I,
+) -> zbus::Connection {
+    connect(socket)
+        .await
+        .name(name)
+        .unwrap()
+        .serve_at(path, iface)
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "timed out after {LIMIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The whole window: `f` must hold at every look.
+async fn holds_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < WINDOW {
+        assert!(f(), "{what} failed after {:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn held(seen: &Mutex<Seen>) -> usize {
+    seen.lock()
+        .unwrap()
+        .locks
+        .iter()
+        .filter(|l| *l.3.lock().unwrap())
+        .count()
+}
+
+async fn signal(conn: &zbus::Connection, to: Option<&str>, start: bool) {
+    conn.emit_signal(
+        to,
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager",
+        "PrepareForShutdown",
+        &(start,),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start_bus(dir.path());
+    let drop_ins = dir.path().join("logind.conf.d");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let delay_us = Arc::new(Mutex::new(3_000_000));
+    let logind = serve(
+        &bus.socket,
+        "org.freedesktop.login1",
+        "/org/freedesktop/login1",
+        FakeLogind {
+            delay_us: delay_us.clone(),
+            seen: seen.clone(),
+        },
+    )
+    .await;
+    let _systemd = serve(
+        &bus.socket,
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        FakeSystemd {
+            dir: drop_ins.clone(),
+            delay_us: delay_us.clone(),
+            seen: seen.clone(),
+        },
+    )
+    .await;
+    let stranger = connect(&bus.socket).await.build().await.unwrap();
+
+    let settings = reaplet::config::ShutdownSettings {
+        by_pod_priority: vec![
+            reaplet::config::PodPriorityGrace {
+                priority: 0,
+                grace: Duration::from_secs(2),
+            },
+            reaplet::config::PodPriorityGrace {
+                priority: 1000,
+                grace: Duration::from_secs(3),
+            },
+        ],
+        ..Default::default()
+    };
+    let config = ShutdownConfig {
+        settings,
+        bus: bus.socket.clone(),
+        drop_in_dir: drop_ins.clone(),
+        status_flush: Duration::from_secs(1),
+    };
+    let pods = FakePods {
+        pods: vec![
+            PodFacts {
+                uid: PodUid::parse("high").unwrap(),
+                priority: 5000,
+                spec_grace: Some(30),
+            },
+            PodFacts {
+                uid: PodUid::parse("low").unwrap(),
+                priority: 0,
+                spec_grace: Some(1),
+            },
+        ],
+        kills: Arc::default(),
+        stop_after: Duration::from_millis(300),
+    };
+    let (events, _pod_events) = EventSink::channel(16);
+    let (events, mut node_events) = events.with_node_events(16);
+    let authority = Arc::new(Authority::default());
+    authority.set_active(true);
+    let cancel = CancellationToken::new();
+    let manager = tokio::spawn(shutdown::run(
+        Context {
+            config,
+            pods: pods.clone(),
+            statuses_pending: None,
+            node: None,
+            events,
+            metrics: None,
+            authority: authority.clone(),
+        },
+        cancel.clone(),
+    ));
+
+    // logind allowed 3 s of the 2 + 3 + 1 needed: the drop-in, the reload, then the lock
+    wait_until("the inhibitor", || held(&seen) == 1).await;
+    let text = std::fs::read_to_string(drop_ins.join("98-reaplet.conf")).unwrap();
+    assert!(text.contains("[Login]\nInhibitDelayMaxSec=6\n"), "{text}");
+    assert_eq!(seen.lock().unwrap().reloads, 1);
+    assert_eq!(*delay_us.lock().unwrap(), 6_000_000);
+    {
+        let s = seen.lock().unwrap();
+        let (who, what, mode, _) = &s.locks[0];
+        assert_eq!(
+            (who.as_str(), what.as_str(), mode.as_str()),
+            ("reaplet", "shutdown", "delay")
+        );
+    }
+
+    // a signal from anyone but logind's owner is nothing: broadcast (the bus routes it by the
+    // match rule's sender) or sent to reaplet's connection alone (the bus delivers it whatever
+    // the match rules say: only reaplet's own check of the sender stands in the way)
+    let client = seen
+        .lock()
+        .unwrap()
+        .client
+        .clone()
+        .expect("reaplet's unique name");
+    signal(&stranger, None, true).await;
+    signal(&stranger, Some(&client), true).await;
+    holds_for("a stranger's PrepareForShutdown ignored", || {
+        pods.kills.lock().unwrap().is_empty() && held(&seen) == 1
+    })
+    .await;
+
+    // logind's: the low group (its own 1 s, shorter than 2 s), then the high one, then the
+    // release, only after the second group's pod stopped
+    let t0 = Instant::now();
+    signal(&logind, None, true).await;
+    wait_until("the lock's release", || held(&seen) == 0).await;
+    let released = t0.elapsed();
+    let kills = pods.kills.lock().unwrap().clone();
+    let view: Vec<(&str, i64)> = kills.iter().map(|(u, g, _)| (u.as_str(), *g)).collect();
+    assert_eq!(view, vec![("low", 1), ("high", 3)]);
+    let gap = kills[1].2 - kills[0].2;
+    assert!(
+        gap >= Duration::from_millis(300),
+        "the high group started {gap:?} after the low one"
+    );
+    assert!(
+        released >= (kills[1].2 - t0) + Duration::from_millis(300),
+        "released {released:?}, before the high pod stopped"
+    );
+    let ev = node_events.recv().await.unwrap();
+    assert_eq!(ev.reason, NodeEventReason::Shutdown);
+    assert_eq!(ev.message, "Shutdown manager detected shutdown event");
+    // handled: not taken again while the shutdown stands
+    holds_for("the lock left released", || held(&seen) == 0).await;
+
+    // cancelled: taken again, and said so
+    signal(&logind, None, false).await;
+    wait_until("the lock taken again", || held(&seen) == 1).await;
+    let ev = node_events.recv().await.unwrap();
+    assert_eq!(
+        ev.message,
+        "Shutdown manager detected shutdown cancellation"
+    );
+    assert_eq!(seen.lock().unwrap().reloads, 1, "logind reloaded once");
+
+    // standby: released; a shutdown then is the kubelet's
+    authority.set_active(false);
+    wait_until("the release in standby", || held(&seen) == 0).await;
+    signal(&logind, None, true).await;
+    holds_for("no kill in standby", || {
+        pods.kills.lock().unwrap().len() == 2
+    })
+    .await;
+    // a takeover takes it again (the standby announcement left no shutdown to handle)
+    authority.set_active(true);
+    wait_until("the lock after a takeover", || held(&seen) == 1).await;
+
+    // stopping reaplet releases it and ends the task
+    cancel.cancel();
+    tokio::time::timeout(LIMIT, manager).await.unwrap().unwrap();
+    wait_until("the release at the stop", || held(&seen) == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_logind_nothing_breaks_and_no_grace_periods_means_no_bus_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start_bus(dir.path());
+    let mut settings = reaplet::config::ShutdownSettings::default();
+    let authority = Arc::new(Authority::default());
+    authority.set_active(true);
+    let ctx = |settings: reaplet::config::ShutdownSettings| Context {
+        config: ShutdownConfig {
+            settings,
+            bus: bus.socket.clone(),
+            drop_in_dir: dir.path().join("logind.conf.d"),
+            status_flush: Duration::from_secs(1),
+        },
+        pods: FakePods {
+            pods: vec![],
+            kills: Arc::default(),
+            stop_after: Duration::ZERO,
+        },
+        statuses_pending: None,
+        node: None,
+        events: EventSink::log_only(),
+        metrics: None,
+        authority: authority.clone(),
+    };
+    // off: returns at once
+    let cancel = CancellationToken::new();
+    tokio::time::timeout(LIMIT, shutdown::run(ctx(settings.clone()), cancel.clone()))
+        .await
+        .expect("the manager returns when nothing is configured");
+    // configured, but no logind on the bus: it keeps trying, quietly, until stopped
+    settings.grace_period = Duration::from_secs(10);
+    let task = tokio::spawn(shutdown::run(ctx(settings), cancel.clone()));
+    tokio::time::sleep(WINDOW).await;
+    assert!(!task.is_finished(), "the manager gave up");
+    assert!(
+        !dir.path().join("logind.conf.d").exists(),
+        "a drop-in without logind"
+    );
+    cancel.cancel();
+    tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+}
+
+/// The node's Ready condition during a shutdown, written as this node (`nodes/status`, a
+/// strategic merge of the one condition), and put back when the shutdown is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_condition_reports_the_shutdown_and_comes_back_on_a_cancellation() {
+    use common::apiserver::ApiServer;
+    use serde_json::json;
+    let api = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let before = json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+        "lastHeartbeatTime": "2026-11-26T00:00:00Z", "lastTransitionTime": "2026-11-25T00:00:00Z"});
+    let pressure = json!({"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+        "lastHeartbeatTime": "2026-11-26T00:00:00Z", "lastTransitionTime": "2026-11-25T00:00:00Z"});
+    api.add_node(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+        "status": {"conditions": [pressure, before]}}),
+    );
+    let kc = api.write_kubeconfig(dir.path(), "node-a");
+    let client =
+        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
+    let ready = shutdown::node::NodeReady::new(client, "node-a");
+    let cond = |kind: &str| {
+        api.get_node("node-a").unwrap()["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap()
+    };
+
+    ready.mark_shutting_down().await.unwrap();
+    let now = cond("Ready");
+    assert_eq!(
+        (&now["status"], &now["reason"], &now["message"]),
+        (
+            &json!("False"),
+            &json!("KubeletNotReady"),
+            &json!("node is shutting down")
+        )
+    );
+    assert_ne!(
+        now["lastTransitionTime"], before["lastTransitionTime"],
+        "a transition"
+    );
+    assert_eq!(
+        cond("MemoryPressure"),
+        pressure,
+        "other conditions untouched"
+    );
+    let w = api.writes();
+    let last = w.last().unwrap();
+    assert_eq!(
+        (last.method.as_str(), last.path.as_str(), last.status),
+        ("PATCH", "/api/v1/nodes/node-a/status", 200)
+    );
+    assert_eq!(last.content_type, "application/strategic-merge-patch+json");
+    assert_eq!(last.user, "system:node:node-a");
+    // marked again (a second shutdown): the transition time stays
+    ready.mark_shutting_down().await.unwrap();
+    assert_eq!(
+        cond("Ready")["lastTransitionTime"],
+        now["lastTransitionTime"]
+    );
+
+    // cancelled: the condition it replaced, as a transition
+    ready.restore().await.unwrap();
+    let back = cond("Ready");
+    assert_eq!(
+        (&back["status"], &back["reason"], &back["message"]),
+        (
+            &json!("True"),
+            &json!("KubeletReady"),
+            &json!("kubelet is posting ready status")
+        )
+    );
+    // nothing more to put back
+    let writes = api.writes().len();
+    ready.restore().await.unwrap();
+    assert_eq!(api.writes().len(), writes);
+}
