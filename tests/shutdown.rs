@@ -39,6 +39,7 @@ struct Seen {
 struct FakeLogind {
     delay_us: Arc<Mutex<u64>>,
     seen: Arc<Mutex<Seen>>,
+    preparing: Arc<Mutex<bool>>,
 }
 
 #[zbus::interface(name = "org.freedesktop.login1.Manager")]
@@ -74,6 +75,14 @@ impl FakeLogind {
     fn inhibit_delay_max_usec(&self) -> u64 {
         *self.delay_us.lock().unwrap()
     }
+
+    #[zbus(
+        property(emits_changed_signal = "false"),
+        name = "PreparingForShutdown"
+    )]
+    fn preparing_for_shutdown(&self) -> bool {
+        *self.preparing.lock().unwrap()
+    }
 }
 
 /// systemd's manager, for the reload: SIGHUP to logind makes it read its drop-ins again.
@@ -92,8 +101,16 @@ impl FakeSystemd {
             )));
         }
         self.seen.lock().unwrap().reloads += 1;
-        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        // in name order, the last setting wins (as logind reads its drop-ins)
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
             if let Some(v) = text
                 .lines()
                 .find_map(|l| l.strip_prefix("InhibitDelayMaxSec="))
@@ -236,6 +253,58 @@ fn held(seen: &Mutex<Seen>) -> usize {
         .count()
 }
 
+/// logind and systemd's manager, served on `bus`.
+struct Stand {
+    logind: zbus::Connection,
+    _systemd: zbus::Connection,
+    seen: Arc<Mutex<Seen>>,
+    delay_us: Arc<Mutex<u64>>,
+    preparing: Arc<Mutex<bool>>,
+}
+
+impl Stand {
+    async fn start(bus: &Path, drop_ins: &Path, delay: Duration) -> Stand {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let delay_us = Arc::new(Mutex::new(delay.as_micros() as u64));
+        let preparing = Arc::new(Mutex::new(false));
+        let logind = serve(
+            bus,
+            "org.freedesktop.login1",
+            "/org/freedesktop/login1",
+            FakeLogind {
+                delay_us: delay_us.clone(),
+                seen: seen.clone(),
+                preparing: preparing.clone(),
+            },
+        )
+        .await;
+        let _systemd = serve(
+            bus,
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            FakeSystemd {
+                dir: drop_ins.to_path_buf(),
+                delay_us: delay_us.clone(),
+                seen: seen.clone(),
+            },
+        )
+        .await;
+        Stand {
+            logind,
+            _systemd,
+            seen,
+            delay_us,
+            preparing,
+        }
+    }
+
+    /// logind announces (or cancels) a shutdown, its property first, as logind does.
+    async fn announce(&self, start: bool) {
+        *self.preparing.lock().unwrap() = start;
+        signal(&self.logind, None, start).await;
+    }
+}
+
 async fn signal(conn: &zbus::Connection, to: Option<&str>, start: bool) {
     conn.emit_signal(
         to,
@@ -253,29 +322,8 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     let dir = tempfile::tempdir().unwrap();
     let bus = start_bus(dir.path());
     let drop_ins = dir.path().join("logind.conf.d");
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let delay_us = Arc::new(Mutex::new(3_000_000));
-    let logind = serve(
-        &bus.socket,
-        "org.freedesktop.login1",
-        "/org/freedesktop/login1",
-        FakeLogind {
-            delay_us: delay_us.clone(),
-            seen: seen.clone(),
-        },
-    )
-    .await;
-    let _systemd = serve(
-        &bus.socket,
-        "org.freedesktop.systemd1",
-        "/org/freedesktop/systemd1",
-        FakeSystemd {
-            dir: drop_ins.clone(),
-            delay_us: delay_us.clone(),
-            seen: seen.clone(),
-        },
-    )
-    .await;
+    let stand = Stand::start(&bus.socket, &drop_ins, Duration::from_secs(3)).await;
+    let (seen, delay_us) = (stand.seen.clone(), stand.delay_us.clone());
     let stranger = connect(&bus.socket).await.build().await.unwrap();
 
     let settings = reaplet::config::ShutdownSettings {
@@ -317,6 +365,7 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     let (events, mut node_events) = events.with_node_events(16);
     let authority = Arc::new(Authority::default());
     authority.set_active(true);
+    let metrics = Arc::new(reaplet::metrics::Metrics::new());
     let cancel = CancellationToken::new();
     let manager = tokio::spawn(shutdown::run(
         Context {
@@ -325,7 +374,7 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
             statuses_pending: None,
             node: None,
             events,
-            metrics: None,
+            metrics: Some(metrics.clone()),
             authority: authority.clone(),
         },
         cancel.clone(),
@@ -357,6 +406,24 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
         .expect("reaplet's unique name");
     signal(&stranger, None, true).await;
     signal(&stranger, Some(&client), true).await;
+    // nor after a NameOwnerChanged that did not come from the bus itself, naming the stranger
+    // logind's new owner
+    let me = stranger.unique_name().unwrap().to_string();
+    stranger
+        .emit_signal(
+            Some(client.as_str()),
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameOwnerChanged",
+            &(
+                "org.freedesktop.login1",
+                stand.logind.unique_name().unwrap().as_str(),
+                me.as_str(),
+            ),
+        )
+        .await
+        .unwrap();
+    signal(&stranger, Some(&client), true).await;
     holds_for("a stranger's PrepareForShutdown ignored", || {
         pods.kills.lock().unwrap().is_empty() && held(&seen) == 1
     })
@@ -365,7 +432,7 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     // logind's: the low group (its own 1 s, shorter than 2 s), then the high one, then the
     // release, only after the second group's pod stopped
     let t0 = Instant::now();
-    signal(&logind, None, true).await;
+    stand.announce(true).await;
     wait_until("the lock's release", || held(&seen) == 0).await;
     let released = t0.elapsed();
     let kills = pods.kills.lock().unwrap().clone();
@@ -380,14 +447,20 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
         released >= (kills[1].2 - t0) + Duration::from_millis(300),
         "released {released:?}, before the high pod stopped"
     );
-    let ev = node_events.recv().await.unwrap();
+    let ev = tokio::time::timeout(LIMIT, node_events.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(ev.reason, NodeEventReason::Shutdown);
+    let first_start = metrics.graceful_shutdown_start_time.get();
+    assert!(first_start > 0);
+    assert!(metrics.graceful_shutdown_end_time.get() >= first_start);
     assert_eq!(ev.message, "Shutdown manager detected shutdown event");
     // handled: not taken again while the shutdown stands
     holds_for("the lock left released", || held(&seen) == 0).await;
 
     // cancelled: taken again, and said so
-    signal(&logind, None, false).await;
+    stand.announce(false).await;
     wait_until("the lock taken again", || held(&seen) == 1).await;
     let ev = node_events.recv().await.unwrap();
     assert_eq!(
@@ -396,17 +469,32 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     );
     assert_eq!(seen.lock().unwrap().reloads, 1, "logind reloaded once");
 
-    // standby: released; a shutdown then is the kubelet's
+    // standby: released; a shutdown then is the kubelet's, only recorded
     authority.set_active(false);
     wait_until("the release in standby", || held(&seen) == 0).await;
-    signal(&logind, None, true).await;
-    holds_for("no kill in standby", || {
-        pods.kills.lock().unwrap().len() == 2
+    assert_eq!(metrics.graceful_shutdown_start_time.get(), first_start);
+    stand.announce(true).await;
+    wait_until("the standby shutdown recorded", || {
+        metrics.graceful_shutdown_start_time.get() > first_start
     })
     .await;
-    // a takeover takes it again (the standby announcement left no shutdown to handle)
+    holds_for("no kill in standby", || {
+        pods.kills.lock().unwrap().len() == 2 && held(&seen) == 0
+    })
+    .await;
+    // a takeover while logind still prepares the shutdown: reaplet ends the pods now, under
+    // a lock it releases after them
     authority.set_active(true);
-    wait_until("the lock after a takeover", || held(&seen) == 1).await;
+    wait_until("the pods ended after the takeover", || {
+        pods.kills.lock().unwrap().len() == 4
+    })
+    .await;
+    wait_until("the release after them", || {
+        held(&seen) == 0 && seen.lock().unwrap().locks.len() == 3
+    })
+    .await;
+    stand.announce(false).await;
+    wait_until("the lock after the cancellation", || held(&seen) == 1).await;
 
     // stopping reaplet releases it and ends the task
     cancel.cancel();
@@ -415,7 +503,7 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_logind_nothing_breaks_and_no_grace_periods_means_no_bus_at_all() {
+async fn no_grace_periods_no_bus_and_a_late_logind_is_used_only_once_active() {
     let dir = tempfile::tempdir().unwrap();
     let bus = start_bus(dir.path());
     let mut settings = reaplet::config::ShutdownSettings::default();
@@ -444,15 +532,26 @@ async fn without_logind_nothing_breaks_and_no_grace_periods_means_no_bus_at_all(
     tokio::time::timeout(LIMIT, shutdown::run(ctx(settings.clone()), cancel.clone()))
         .await
         .expect("the manager returns when nothing is configured");
-    // configured, but no logind on the bus: it keeps trying, quietly, until stopped
+    // configured, passive, and no logind on the bus: it keeps trying, quietly
     settings.grace_period = Duration::from_secs(10);
+    authority.set_active(false);
     let task = tokio::spawn(shutdown::run(ctx(settings), cancel.clone()));
+    let drop_ins = dir.path().join("logind.conf.d");
     tokio::time::sleep(WINDOW).await;
     assert!(!task.is_finished(), "the manager gave up");
-    assert!(
-        !dir.path().join("logind.conf.d").exists(),
-        "a drop-in without logind"
-    );
+    // logind comes: while passive, nothing of it is touched
+    let stand = Stand::start(&bus.socket, &drop_ins, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await; // the next try (1 s, then 2 s)
+    holds_for("no lock and no drop-in while passive", || {
+        stand.seen.lock().unwrap().locks.is_empty() && !drop_ins.exists()
+    })
+    .await;
+    // active: the delay raised (10 s + the 1 s flush), then the lock
+    authority.set_active(true);
+    wait_until("the lock once active", || held(&stand.seen) == 1).await;
+    let text = std::fs::read_to_string(drop_ins.join("98-reaplet.conf")).unwrap();
+    assert!(text.contains("InhibitDelayMaxSec=11\n"), "{text}");
+    assert_eq!(*stand.delay_us.lock().unwrap(), 11_000_000);
     cancel.cancel();
     tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
 }

@@ -149,9 +149,11 @@ impl Logind {
             .map_err(|e| LogindError::call(method, e))
     }
 
-    /// logind's `InhibitDelayMaxUSec`: how long it waits for delay locks.
-    pub async fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
-        const M: &str = "Get InhibitDelayMaxUSec";
+    /// A property of logind's manager, as `T`; `method` names the read in errors.
+    async fn property<T>(&self, name: &str, method: &'static str) -> Result<T, LogindError>
+    where
+        T: TryFrom<OwnedValue, Error = zbus::zvariant::Error>,
+    {
         let reply = self
             .conn
             .call_method(
@@ -159,15 +161,22 @@ impl Logind {
                 LOGIND_PATH,
                 Some(PROPERTIES),
                 "Get",
-                &(LOGIND_MANAGER, "InhibitDelayMaxUSec"),
+                &(LOGIND_MANAGER, name),
             )
             .await
-            .map_err(|e| LogindError::call(M, e))?;
+            .map_err(|e| LogindError::call(method, e))?;
         let v: OwnedValue = reply
             .body()
             .deserialize()
-            .map_err(|e| LogindError::call(M, e))?;
-        let usec = u64::try_from(v).map_err(|e| LogindError::call(M, e.into()))?;
+            .map_err(|e| LogindError::call(method, e))?;
+        T::try_from(v).map_err(|e| LogindError::call(method, e.into()))
+    }
+
+    /// logind's `InhibitDelayMaxUSec`: how long it waits for delay locks.
+    pub async fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+        let usec: u64 = self
+            .property("InhibitDelayMaxUSec", "Get InhibitDelayMaxUSec")
+            .await?;
         Ok(Duration::from_micros(usec))
     }
 
@@ -211,33 +220,95 @@ impl Logind {
         Ok(())
     }
 
+    /// logind's `PreparingForShutdown`: a shutdown announced and not cancelled.
+    pub async fn preparing_for_shutdown(&self) -> Result<bool, LogindError> {
+        self.property("PreparingForShutdown", "Get PreparingForShutdown")
+            .await
+    }
+
     /// `PrepareForShutdown` as it comes: `true` a shutdown begins, `false` it was cancelled.
-    /// Only logind's own signals count: the stream is a proxy's, which keeps the signals whose
-    /// sender is the unique name that owns `org.freedesktop.login1` (a well-known sender in a
-    /// match rule alone is not checked locally, and any local process may send a signal to
-    /// reaplet's connection). The stream ends when the connection does.
+    ///
+    /// Only logind's own signals count. The unique name that owns `org.freedesktop.login1` is
+    /// asked of the bus (`GetNameOwner`) and every signal's sender is compared with it: neither
+    /// a match rule's well-known sender (not checked locally) nor a proxy's owner tracking (it
+    /// believes a `NameOwnerChanged` from anyone) stops a local process that sends signals to
+    /// reaplet's connection directly. A change of logind's owner, as only the bus itself
+    /// (`org.freedesktop.DBus`) says it, ends the stream: the caller connects again and asks
+    /// anew. The stream also ends when the connection does.
     pub async fn shutdown_signals(
         &self,
     ) -> Result<impl Stream<Item = bool> + Unpin + use<>, LogindError> {
         const M: &str = "AddMatch PrepareForShutdown";
+        const BUS: &str = "org.freedesktop.DBus";
         let call = |e| LogindError::call(M, e);
-        let proxy = zbus::Proxy::new_owned(self.conn.clone(), LOGIND, LOGIND_PATH, LOGIND_MANAGER)
+        let rule = |sender: &'static str, path: &'static str, iface: &'static str, member| {
+            zbus::MatchRule::builder()
+                .msg_type(zbus::message::Type::Signal)
+                .sender(sender)?
+                .path(path)?
+                .interface(iface)?
+                .member(member)
+                .map(|b| b.build())
+        };
+        let shutdown =
+            rule(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "PrepareForShutdown").map_err(call)?;
+        let owners = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(BUS)
+            .and_then(|b| b.interface(BUS))
+            .and_then(|b| b.member("NameOwnerChanged"))
+            .and_then(|b| b.arg(0, LOGIND))
+            .map(|b| b.build())
+            .map_err(call)?;
+        // subscribed before the owner is asked: a change in between ends the stream
+        let owners = zbus::MessageStream::for_match_rule(owners, &self.conn, Some(4))
             .await
             .map_err(call)?;
-        let stream = proxy
-            .receive_signal("PrepareForShutdown")
+        let shutdown = zbus::MessageStream::for_match_rule(shutdown, &self.conn, Some(8))
             .await
             .map_err(call)?;
-        Ok(stream.filter_map(|m| {
-            let b = match m.body().deserialize::<bool>() {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    tracing::warn!(err = %e, "PrepareForShutdown without a boolean; ignored");
-                    None
-                }
-            };
+        let reply = self
+            .conn
+            .call_method(
+                Some(BUS),
+                "/org/freedesktop/DBus",
+                Some(BUS),
+                "GetNameOwner",
+                &(LOGIND,),
+            )
+            .await
+            .map_err(|e| LogindError::call("GetNameOwner", e))?;
+        let owner: String = reply
+            .body()
+            .deserialize()
+            .map_err(|e| LogindError::call("GetNameOwner", e))?;
+        let sender = |m: &zbus::Message| m.header().sender().map(|s| s.to_string());
+        // Some(Some(b)): logind said b; Some(None): logind's owner changed; None: not ours
+        let owners = owners.filter_map(move |m| {
+            std::future::ready(
+                m.ok()
+                    .filter(|m| sender(m).as_deref() == Some(BUS))
+                    .map(|_| None),
+            )
+        });
+        let signals = shutdown.filter_map(move |m| {
+            let b = m
+                .ok()
+                .filter(|m| sender(m).as_deref() == Some(owner.as_str()))
+                .and_then(|m| match m.body().deserialize::<bool>() {
+                    Ok(b) => Some(Some(b)),
+                    Err(e) => {
+                        tracing::warn!(err = %e, "PrepareForShutdown without a boolean; ignored");
+                        None
+                    }
+                });
             std::future::ready(b)
-        }))
+        });
+        Ok(Box::pin(
+            futures_util::stream::select(owners, signals)
+                .take_while(|x| std::future::ready(x.is_some()))
+                .filter_map(std::future::ready),
+        ))
     }
 }
 

@@ -51,8 +51,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// After the last group: how long the terminal statuses get to reach the API server before
-/// the lock is released (the network goes down soon after). Part of the delay asked of logind.
+/// After the last group: how long the pods still stopping (SIGKILLed at their group's grace)
+/// get to finish and the terminal statuses to reach the API server before the lock is released
+/// (the network goes down soon after). Part of the delay asked of logind.
 pub const STATUS_FLUSH: Duration = Duration::from_secs(5);
 
 /// The manager's settings.
@@ -132,13 +133,14 @@ fn unix_now() -> i64 {
 /// when reaplet is about to hold the lock (never while passive: the kubelet's setting is the
 /// kubelet's). A failure is logged and the lock is taken all the same: logind then waits what
 /// it allows.
-async fn ensure_delay(config: &ShutdownConfig, logind: &Logind, needed: Duration) {
+/// Returns whether the delay could be read (else it is looked at again next time).
+async fn ensure_delay(config: &ShutdownConfig, logind: &Logind, needed: Duration) -> bool {
     let current = match logind.inhibit_delay_max().await {
-        Ok(d) if d >= needed => return,
+        Ok(d) if d >= needed => return true,
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(err = %e, "logind's InhibitDelayMaxSec unknown; taking the inhibitor all the same");
-            return;
+            return false;
         }
     };
     let raised = async {
@@ -165,6 +167,7 @@ async fn ensure_delay(config: &ShutdownConfig, logind: &Logind, needed: Duration
         Err(e) => tracing::warn!(err = %e, current = ?current,
             "logind's InhibitDelayMaxSec not raised: a shutdown will be cut short by logind"),
     }
+    true
 }
 
 /// Runs until `cancel`: the inhibitor while active, the shutdown when logind announces it.
@@ -208,6 +211,28 @@ pub async fn run<P: Pods>(ctx: Context<P>, cancel: CancellationToken) {
     }
 }
 
+/// `f`, or `None` when reaplet is stopped first.
+async fn unless_stopped<T>(
+    cancel: &CancellationToken,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        v = f => Some(v),
+    }
+}
+
+/// Until reaplet is passive.
+async fn passive(authority: &Authority) {
+    let mut changes = authority.changes();
+    while authority.is_active() {
+        if changes.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
 /// One bus connection's life: the lock follows the authority; signals are handled in order.
 async fn session<P: Pods>(
     ctx: &Context<P>,
@@ -224,21 +249,49 @@ async fn session<P: Pods>(
     let mut lock: Option<InhibitLock> = None;
     loop {
         let active = ctx.authority.is_active();
-        if active && !state.shut_down && lock.is_none() {
-            if !state.delay_checked {
-                ensure_delay(&ctx.config, logind, ctx.config.delay_needed()).await;
-                state.delay_checked = true;
+        if active && lock.is_none() {
+            // what logind says now: a shutdown announced while reaplet was not listening (a
+            // reconnect, a restart) or was passive, or a cancellation it missed
+            let preparing = match unless_stopped(cancel, logind.preparing_for_shutdown()).await {
+                None => return End::Stopped,
+                Some(Err(e)) => return End::Lost(e),
+                Some(Ok(p)) => p,
+            };
+            if !preparing {
+                state.shut_down = false;
             }
-            match logind.inhibit().await {
-                Ok(l) => {
-                    if !state.held {
-                        tracing::info!(delay = ?ctx.config.delay_needed(),
-                            "logind delay inhibitor taken for graceful node shutdown");
+            if !state.shut_down {
+                if !state.delay_checked {
+                    let needed = ctx.config.delay_needed();
+                    match unless_stopped(cancel, ensure_delay(&ctx.config, logind, needed)).await {
+                        None => return End::Stopped,
+                        Some(read) => state.delay_checked = read,
                     }
-                    state.held = true;
-                    lock = Some(l);
                 }
-                Err(e) => return End::Lost(e),
+                if !ctx.authority.is_active() {
+                    continue;
+                }
+                match unless_stopped(cancel, logind.inhibit()).await {
+                    None => return End::Stopped,
+                    Some(Err(e)) => return End::Lost(e),
+                    Some(Ok(l)) => {
+                        if !state.held {
+                            tracing::info!(delay = ?ctx.config.delay_needed(),
+                                "logind delay inhibitor taken for graceful node shutdown");
+                        }
+                        state.held = true;
+                        lock = Some(l);
+                    }
+                }
+                if preparing {
+                    tracing::info!("node shutdown already announced: ending the pods now");
+                    state.shut_down = true;
+                    match shut_down(ctx, groups, cancel).await {
+                        None => return End::Stopped,
+                        Some(()) => lock = None,
+                    }
+                    continue;
+                }
             }
         } else if !active && lock.is_some() {
             lock = None;
@@ -247,6 +300,7 @@ async fn session<P: Pods>(
             );
         }
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return End::Stopped,
             r = authority.changed() => if r.is_err() { return End::Stopped },
             s = signals.next() => match s {
@@ -255,14 +309,12 @@ async fn session<P: Pods>(
                     source: Box::new(zbus::Error::InputOutput(Arc::new(std::io::Error::from(
                         std::io::ErrorKind::UnexpectedEof)))),
                 }),
-                Some(true) if lock.is_some() => {
+                Some(true) if lock.is_some() && ctx.authority.is_active() => {
                     state.shut_down = true;
-                    tokio::select! {
-                        _ = cancel.cancelled() => return End::Stopped,
-                        _ = end_pods(ctx, groups) => {}
+                    match shut_down(ctx, groups, cancel).await {
+                        None => return End::Stopped,
+                        Some(()) => lock = None,
                     }
-                    lock = None;
-                    tracing::info!("node shutdown: logind inhibitor released; the node shuts down now");
                 }
                 Some(true) if state.shut_down => {
                     tracing::info!("node shutdown announced again; already handled");
@@ -274,6 +326,7 @@ async fn session<P: Pods>(
                     tracing::info!("node shutdown announced while in standby: the kubelet ends the pods");
                 }
                 Some(false) => {
+                    let active = ctx.authority.is_active();
                     tracing::info!(active, "node shutdown cancelled");
                     state.shut_down = false;
                     if active {
@@ -289,6 +342,26 @@ async fn session<P: Pods>(
             },
         }
     }
+}
+
+/// Ends the pods (unless reaplet turns passive first: the rest is then the kubelet's); the
+/// caller releases the lock after. `None`: reaplet was stopped.
+async fn shut_down<P: Pods>(
+    ctx: &Context<P>,
+    groups: &[Group],
+    cancel: &CancellationToken,
+) -> Option<()> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return None,
+        _ = passive(&ctx.authority) => {
+            tracing::info!("handed back during a node shutdown: the rest is the kubelet's");
+        }
+        _ = end_pods(ctx, groups) => {
+            tracing::info!("node shutdown: logind inhibitor released; the node shuts down now");
+        }
+    }
+    Some(())
 }
 
 /// `processShutdownEvent`: every group in order, then the statuses.
@@ -317,9 +390,21 @@ async fn end_pods<P: Pods>(ctx: &Context<P>, groups: &[Group]) {
         groups = stages.len(),
         "node shutdown: ending pods by priority group, lowest first"
     );
-    let reports = stages::run(&stages, &ctx.pods).await;
-    // the statuses, and the Ready condition, get STATUS_FLUSH to reach the API server
+    let (reports, still_stopping) = stages::run(&stages, &ctx.pods).await;
+    // the flush: pods whose group ran out of time finish stopping (their SIGKILL is due by
+    // then), then every terminal status reaches the API server; the Ready condition too
     let flush_end = tokio::time::Instant::now() + ctx.config.status_flush;
+    let left = still_stopping.len();
+    if left > 0
+        && tokio::time::timeout_at(flush_end, futures_util::future::join_all(still_stopping))
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            pods = left,
+            "node shutdown: pods still stopping when the inhibitor is released"
+        );
+    }
     if let Some(pending) = &ctx.statuses_pending {
         while pending() > 0 && tokio::time::Instant::now() < flush_end {
             tokio::time::sleep(Duration::from_millis(50)).await;

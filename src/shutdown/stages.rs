@@ -6,7 +6,8 @@
 //! * stages run strictly in order (lowest priority first); a stage never starts before the one
 //!   before it ended;
 //! * a stage waits at most its group's grace on the monotonic clock (the kubelet's timer of
-//!   `ShutdownGracePeriodSeconds`); a pod still stopping then keeps stopping, unwaited;
+//!   `ShutdownGracePeriodSeconds`); a pod still stopping then keeps stopping, and its
+//!   completion is handed back to the caller (which gives it the status flush's time);
 //! * a pod the killer cannot reach (already gone) counts as stopped;
 //! * one log line per stage start and per stage end, none per pod.
 
@@ -37,9 +38,14 @@ pub struct StageReport {
     pub timed_out: bool,
 }
 
-/// Runs `stages` in order; returns a report per stage.
-pub async fn run(stages: &[Stage], killer: &impl Killer) -> Vec<StageReport> {
+/// Runs `stages` in order; returns a report per stage, and the completions of the pods still
+/// stopping when their stage's grace ran out.
+pub async fn run(
+    stages: &[Stage],
+    killer: &impl Killer,
+) -> (Vec<StageReport>, Vec<oneshot::Receiver<()>>) {
     let mut reports = Vec::with_capacity(stages.len());
+    let mut still_stopping = Vec::new();
     for stage in stages {
         let start = Instant::now();
         tracing::info!(
@@ -89,8 +95,9 @@ pub async fn run(stages: &[Stage], killer: &impl Killer) -> Vec<StageReport> {
             );
         }
         reports.push(report);
+        still_stopping.extend(waiting);
     }
-    reports
+    (reports, still_stopping)
 }
 
 #[cfg(test)]
@@ -173,7 +180,8 @@ mod tests {
                 facts("low-slow", 5, None),
             ],
         );
-        let reports = run(&stages, &stand).await;
+        let (reports, left) = run(&stages, &stand).await;
+        assert!(left.is_empty());
         let kills = stand.kills.lock().unwrap().clone();
         // the low group at 0 with their own shorter grace or the group's; the next group
         // once both stopped (4 s, not the group's 10 s); the critical group after the hook
@@ -206,7 +214,8 @@ mod tests {
                 facts("critical", plan::SYSTEM_CRITICAL_PRIORITY, None),
             ],
         );
-        let reports = run(&stages, &stand).await;
+        let (reports, left) = run(&stages, &stand).await;
+        assert_eq!(left.len(), 1, "the stuck pod's completion is handed back");
         assert_eq!(reports.len(), 2, "the empty middle group takes no time");
         assert_eq!(reports[0].took, Duration::from_secs(10));
         assert!(reports[0].timed_out);
@@ -225,7 +234,7 @@ mod tests {
             stops_after: HashMap::new(),
             kills: Mutex::default(),
         };
-        let reports = run(&plan::plan(&groups(), &[]), &stand).await;
+        let (reports, _) = run(&plan::plan(&groups(), &[]), &stand).await;
         assert!(reports.is_empty());
         assert_eq!(stand.t0.elapsed(), Duration::ZERO);
     }

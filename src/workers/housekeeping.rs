@@ -50,7 +50,8 @@ struct Findings {
 impl<R: Runtime> PodWorkers<R> {
     /// Housekeeping, the main loop: beats every [`BEAT`], relists the runtime (at once on
     /// container events, see [`super::subscription`]; else every `relist_period`, every
-    /// `relist_period_with_events` while events flow and the runtime is healthy) under the
+    /// `relist_period_with_events` while events flow and the runtime is healthy, but for
+    /// `AFTER_SUBSCRIBE` after each (re)subscription) under the
     /// relist deadline, judges the runtime's health, finds orphans and naturally completed
     /// pods, and forgets finished workers. Runs until cancelled. See the `runtime_health`
     /// module's docs for the heartbeat/relist split.

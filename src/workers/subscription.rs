@@ -13,7 +13,8 @@
 //!   rechecks over from the first step;
 //! * a stream that ends is resubscribed with backoff (1 s doubling to 30 s, reset by a
 //!   successful subscription), each (re)subscription followed at once by a relist, which
-//!   covers the events lost in between; a runtime with no events at all (neither CRI nor
+//!   covers the events lost in between, and by 10 s of the fast relist period (an exit just
+//!   before the runtime registered the stream may reach its view only later); a runtime with no events at all (neither CRI nor
 //!   containerd) is polled, and so is one while a subscription is missing;
 //! * subscribing never blocks the loop: it runs in the relist pass, under its deadline;
 //! * one line when events start or stop flowing, never one per event or retry.

@@ -5,8 +5,8 @@
 # also when something failed).
 set -u
 # The last scenario powers the guest off: systemd then stops this unit, SIGTERM to every process
-# in it. This script and tee ignore it (the driver handles it: its scenario ends there) so the
-# results are still collected below.
+# in it. This script and tee ignore it so the results are still collected below; the driver gets
+# the default disposition back and handles it in that scenario (its end).
 trap '' TERM
 by_serial() {
     local d
@@ -30,7 +30,7 @@ elif ! tar -xf "$in" -C "$IN" 2>"$OUT/driver.log"; then
     rc=1
 else
     echo "runner: guest driver starting"
-    "$IN/vm-guest" --guest "$IN" "$OUT" 2>&1 | tee "$OUT/driver.log"
+    (trap - TERM; exec "$IN/vm-guest" --guest "$IN" "$OUT") 2>&1 | tee "$OUT/driver.log"
     rc=${PIPESTATUS[0]}
 fi
 echo "$rc" >"$OUT/rc"
