@@ -44,6 +44,12 @@ struct State {
     sandboxes: Vec<RuntimeSandbox>,
     containers: Vec<(RuntimeContainer, Behaviour, i32)>,
     calls: Vec<Call>,
+    /// When every sandbox was listed (a relist), in virtual time.
+    relists: Vec<Instant>,
+    /// Container event subscriptions are served (else `GetContainerEvents` is unimplemented);
+    /// the sender of the newest one is kept, so its stream stays open.
+    events: bool,
+    events_tx: Option<tokio::sync::mpsc::Sender<super::ContainerEvent>>,
 }
 
 #[derive(Default)]
@@ -107,6 +113,17 @@ impl FakeRuntime {
         }
     }
 
+    /// Serves container event subscriptions from now on (CRI `GetContainerEvents`); none
+    /// arrive, the stream stays open.
+    pub fn serve_events(&self) {
+        self.lock().events = true;
+    }
+
+    /// When each relist (a list of every sandbox) ran, in virtual time.
+    pub fn relists(&self) -> Vec<Instant> {
+        self.lock().relists.clone()
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
     }
@@ -155,9 +172,11 @@ impl Runtime for FakeRuntime {
 
     async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<RuntimeSandbox>, CriError> {
         self.wait_lists().await;
-        Ok(self
-            .lock()
-            .sandboxes
+        let mut s = self.lock();
+        if pod_uid.is_none() {
+            s.relists.push(Instant::now());
+        }
+        Ok(s.sandboxes
             .iter()
             .filter(|s| pod_uid.is_none_or(|u| s.pod_uid == u))
             .cloned()
@@ -306,8 +325,17 @@ impl Runtime for FakeRuntime {
     }
 
     async fn container_events(&self) -> Result<EventSubscription, CriError> {
-        Err(CriError::Unimplemented {
-            op: "GetContainerEvents",
+        let mut s = self.lock();
+        if !s.events {
+            return Err(CriError::Unimplemented {
+                op: "GetContainerEvents",
+            });
+        }
+        let (tx, events) = tokio::sync::mpsc::channel(16);
+        s.events_tx = Some(tx);
+        Ok(EventSubscription {
+            source: super::EventSource::Cri,
+            events,
         })
     }
 }

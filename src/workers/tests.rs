@@ -357,6 +357,42 @@ mod with_fake_runtime {
         assert_eq!(r.rt.exit_code("p7-app"), Some(137));
     }
 
+    /// After a (re)subscription to container events the relist keeps the fast period for a
+    /// while (an exit just before the runtime registered the stream may reach its view only
+    /// later), then slows to the period with events.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_subscription_the_relist_keeps_the_fast_period_for_a_while() {
+        let r = rig();
+        r.rt.serve_events();
+        let t0 = Instant::now();
+        let task = tokio::spawn(r.workers.clone().run_housekeeping());
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        r.cancel.cancel();
+        let _ = task.await;
+        let at: Vec<u64> =
+            r.rt.relists()
+                .iter()
+                .map(|t| (*t - t0).as_millis() as u64)
+                .collect();
+        let cfg = PipelineConfig::default();
+        let (fast, slow) = (cfg.relist_period, cfg.relist_period_with_events);
+        // the window: a relist every fast period (the one at once, then ~9 more)
+        let window = at.iter().filter(|ms| **ms < 10_000).count() as u64;
+        assert!(
+            window + 1 >= 10_000 / fast.as_millis() as u64,
+            "{window} relists in the 10 s after the subscription: {at:?}"
+        );
+        // then the period with events
+        let later = at
+            .iter()
+            .filter(|ms| (11_000..40_000).contains(*ms))
+            .count() as u64;
+        assert!(
+            later <= 29_000 / slow.as_millis() as u64 + 1,
+            "{later} relists in the 29 s after the window: {at:?}"
+        );
+    }
+
     /// One step a hostile source may take against a running pod.
     #[derive(Debug, Clone)]
     enum Op {
