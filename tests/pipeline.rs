@@ -296,12 +296,16 @@ async fn orphan_is_stopped_with_grace_one_and_its_prestop_rebuilt_from_annotatio
     let t0 = now_ns();
     // the desired set is known and does not have this pod
     h.desire(vec![]);
-    let v = h.wait_state(&p.uid, PodPhase::Finished, LIMIT).await;
+    // read as each exits: the finished orphan's containers go with its sandbox right after
+    let ids = [p.container_id("stubborn"), p.container_id("hooked")];
+    let (v, exited) = tokio::join!(
+        h.wait_state(&p.uid, PodPhase::Finished, LIMIT),
+        h.exited(&ids, LIMIT)
+    );
     assert_eq!(v.grace, Some(1));
     assert_eq!(v.reason, Some(KillReason::Orphan));
-    let stubborn = h.status(p.container_id("stubborn")).await;
-    assert_stopped(&stubborn, t0, 137, 2.0..4.5);
-    let hooked = h.status(p.container_id("hooked")).await;
+    let (stubborn, hooked) = (&exited[0], &exited[1]);
+    assert_stopped(stubborn, t0, 137, 2.0..4.5);
     assert_eq!(
         hooked.exit_code, 0,
         "the preStop from the annotation did not run first"

@@ -119,6 +119,34 @@ impl Harness {
         self.client.container_status(container_id).await.unwrap()
     }
 
+    /// Each container's status as soon as it has exited (polled every 20 ms, at most `limit`):
+    /// a finished orphan's containers are garbage-collected right after, so a read after the
+    /// pod finished may find them gone.
+    pub async fn exited(&self, ids: &[&str], limit: Duration) -> Vec<ContainerDetail> {
+        let start = tokio::time::Instant::now();
+        let mut got: Vec<Option<ContainerDetail>> = vec![None; ids.len()];
+        while got.iter().any(Option::is_none) {
+            for (slot, id) in got.iter_mut().zip(ids) {
+                if slot.is_none() {
+                    let st = self
+                        .client
+                        .container_status(id)
+                        .await
+                        .unwrap_or_else(|e| panic!("{id} gone before it was seen exited: {e}"));
+                    if st.state == reaplet::cri::ContainerRunState::Exited {
+                        *slot = Some(st);
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < limit,
+                "not exited within {limit:?}: {ids:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        got.into_iter().flatten().collect()
+    }
+
     pub fn drain_events(&mut self) -> Vec<PodEvent> {
         let mut out = Vec::new();
         while let Ok(e) = self.events.try_recv() {
