@@ -40,6 +40,8 @@ struct FakeLogind {
     delay_us: Arc<Mutex<u64>>,
     seen: Arc<Mutex<Seen>>,
     preparing: Arc<Mutex<bool>>,
+    /// This many reads of `InhibitDelayMaxUSec` fail first.
+    failing_delay_reads: Arc<Mutex<u32>>,
 }
 
 #[zbus::interface(name = "org.freedesktop.login1.Manager")]
@@ -72,8 +74,13 @@ impl FakeLogind {
     }
 
     #[zbus(property(emits_changed_signal = "false"), name = "InhibitDelayMaxUSec")]
-    fn inhibit_delay_max_usec(&self) -> u64 {
-        *self.delay_us.lock().unwrap()
+    fn inhibit_delay_max_usec(&self) -> zbus::fdo::Result<u64> {
+        let mut failing = self.failing_delay_reads.lock().unwrap();
+        if *failing > 0 {
+            *failing -= 1;
+            return Err(zbus::fdo::Error::Failed("logind is busy".into()));
+        }
+        Ok(*self.delay_us.lock().unwrap())
     }
 
     #[zbus(
@@ -253,6 +260,60 @@ fn held(seen: &Mutex<Seen>) -> usize {
         .count()
 }
 
+/// Groups of (priority, grace seconds).
+fn groups(g: &[(i32, u64)]) -> reaplet::config::ShutdownSettings {
+    reaplet::config::ShutdownSettings {
+        by_pod_priority: g
+            .iter()
+            .map(|(priority, s)| reaplet::config::PodPriorityGrace {
+                priority: *priority,
+                grace: Duration::from_secs(*s),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Pods of (uid, priority, own grace), each stopping `stop_after` after its kill.
+fn pods(list: &[(&str, i32, Option<i64>)], stop_after: Duration) -> FakePods {
+    FakePods {
+        pods: list
+            .iter()
+            .map(|(uid, priority, grace)| PodFacts {
+                uid: PodUid::parse(uid).unwrap(),
+                priority: *priority,
+                spec_grace: *grace,
+            })
+            .collect(),
+        kills: Arc::default(),
+        stop_after,
+    }
+}
+
+/// The manager's context on `bus`, drop-ins in `dir`/logind.conf.d, a 1 s status flush.
+fn context(
+    bus: &Bus,
+    dir: &Path,
+    settings: reaplet::config::ShutdownSettings,
+    pods: &FakePods,
+    authority: &Arc<Authority>,
+) -> Context<FakePods> {
+    Context {
+        config: ShutdownConfig {
+            settings,
+            bus: bus.socket.clone(),
+            drop_in_dir: dir.join("logind.conf.d"),
+            status_flush: Duration::from_secs(1),
+        },
+        pods: pods.clone(),
+        statuses_pending: None,
+        node: None,
+        events: EventSink::log_only(),
+        metrics: None,
+        authority: authority.clone(),
+    }
+}
+
 /// logind and systemd's manager, served on `bus`.
 struct Stand {
     logind: zbus::Connection,
@@ -260,6 +321,7 @@ struct Stand {
     seen: Arc<Mutex<Seen>>,
     delay_us: Arc<Mutex<u64>>,
     preparing: Arc<Mutex<bool>>,
+    failing_delay_reads: Arc<Mutex<u32>>,
 }
 
 impl Stand {
@@ -267,6 +329,7 @@ impl Stand {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let delay_us = Arc::new(Mutex::new(delay.as_micros() as u64));
         let preparing = Arc::new(Mutex::new(false));
+        let failing_delay_reads = Arc::new(Mutex::new(0));
         let logind = serve(
             bus,
             "org.freedesktop.login1",
@@ -275,6 +338,7 @@ impl Stand {
                 delay_us: delay_us.clone(),
                 seen: seen.clone(),
                 preparing: preparing.clone(),
+                failing_delay_reads: failing_delay_reads.clone(),
             },
         )
         .await;
@@ -295,6 +359,7 @@ impl Stand {
             seen,
             delay_us,
             preparing,
+            failing_delay_reads,
         }
     }
 
@@ -326,41 +391,10 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     let (seen, delay_us) = (stand.seen.clone(), stand.delay_us.clone());
     let stranger = connect(&bus.socket).await.build().await.unwrap();
 
-    let settings = reaplet::config::ShutdownSettings {
-        by_pod_priority: vec![
-            reaplet::config::PodPriorityGrace {
-                priority: 0,
-                grace: Duration::from_secs(2),
-            },
-            reaplet::config::PodPriorityGrace {
-                priority: 1000,
-                grace: Duration::from_secs(3),
-            },
-        ],
-        ..Default::default()
-    };
-    let config = ShutdownConfig {
-        settings,
-        bus: bus.socket.clone(),
-        drop_in_dir: drop_ins.clone(),
-        status_flush: Duration::from_secs(1),
-    };
-    let pods = FakePods {
-        pods: vec![
-            PodFacts {
-                uid: PodUid::parse("high").unwrap(),
-                priority: 5000,
-                spec_grace: Some(30),
-            },
-            PodFacts {
-                uid: PodUid::parse("low").unwrap(),
-                priority: 0,
-                spec_grace: Some(1),
-            },
-        ],
-        kills: Arc::default(),
-        stop_after: Duration::from_millis(300),
-    };
+    let pods = pods(
+        &[("high", 5000, Some(30)), ("low", 0, Some(1))],
+        Duration::from_millis(300),
+    );
     let (events, _pod_events) = EventSink::channel(16);
     let (events, mut node_events) = events.with_node_events(16);
     let authority = Arc::new(Authority::default());
@@ -369,13 +403,15 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     let cancel = CancellationToken::new();
     let manager = tokio::spawn(shutdown::run(
         Context {
-            config,
-            pods: pods.clone(),
-            statuses_pending: None,
-            node: None,
             events,
             metrics: Some(metrics.clone()),
-            authority: authority.clone(),
+            ..context(
+                &bus,
+                dir.path(),
+                groups(&[(0, 2), (1000, 3)]),
+                &pods,
+                &authority,
+            )
         },
         cancel.clone(),
     ));
@@ -509,24 +545,8 @@ async fn no_grace_periods_no_bus_and_a_late_logind_is_used_only_once_active() {
     let mut settings = reaplet::config::ShutdownSettings::default();
     let authority = Arc::new(Authority::default());
     authority.set_active(true);
-    let ctx = |settings: reaplet::config::ShutdownSettings| Context {
-        config: ShutdownConfig {
-            settings,
-            bus: bus.socket.clone(),
-            drop_in_dir: dir.path().join("logind.conf.d"),
-            status_flush: Duration::from_secs(1),
-        },
-        pods: FakePods {
-            pods: vec![],
-            kills: Arc::default(),
-            stop_after: Duration::ZERO,
-        },
-        statuses_pending: None,
-        node: None,
-        events: EventSink::log_only(),
-        metrics: None,
-        authority: authority.clone(),
-    };
+    let none = pods(&[], Duration::ZERO);
+    let ctx = |settings| context(&bus, dir.path(), settings, &none, &authority);
     // off: returns at once
     let cancel = CancellationToken::new();
     tokio::time::timeout(LIMIT, shutdown::run(ctx(settings.clone()), cancel.clone()))
@@ -554,6 +574,119 @@ async fn no_grace_periods_no_bus_and_a_late_logind_is_used_only_once_active() {
     assert_eq!(*stand.delay_us.lock().unwrap(), 11_000_000);
     cancel.cancel();
     tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+}
+
+/// A private bus with logind on it (its delay `delay`) and an active authority, for one
+/// manager.
+struct Rig {
+    dir: tempfile::TempDir,
+    bus: Bus,
+    stand: Stand,
+    authority: Arc<Authority>,
+    cancel: CancellationToken,
+}
+
+impl Rig {
+    async fn new(delay: Duration) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = start_bus(dir.path());
+        let stand = Stand::start(&bus.socket, &dir.path().join("logind.conf.d"), delay).await;
+        let authority = Arc::new(Authority::default());
+        authority.set_active(true);
+        Rig {
+            dir,
+            bus,
+            stand,
+            authority,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    fn drop_ins(&self) -> PathBuf {
+        self.dir.path().join("logind.conf.d")
+    }
+
+    /// The manager for `g` and `pods`, once it holds the lock.
+    async fn manager(&self, g: &[(i32, u64)], pods: &FakePods) -> tokio::task::JoinHandle<()> {
+        let ctx = context(&self.bus, self.dir.path(), groups(g), pods, &self.authority);
+        let task = tokio::spawn(shutdown::run(ctx, self.cancel.clone()));
+        wait_until("the inhibitor", || held(&self.stand.seen) == 1).await;
+        task
+    }
+
+    /// Stops the manager; it must end.
+    async fn stop(self, task: tokio::task::JoinHandle<()>) {
+        self.cancel.cancel();
+        tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+    }
+}
+
+/// A group waits only its grace; a pod SIGKILLed at it finishes just after. After the last
+/// group such pods get the status flush before the lock goes (else the machine powers off
+/// before their statuses are written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_still_stopping_after_the_last_group_are_waited_for_before_the_release() {
+    let rig = Rig::new(LIMIT).await;
+    // a 1 s group; the pod stops 1.5 s after its kill, inside the 1 s flush
+    let slow = pods(&[("slow", 0, None)], Duration::from_millis(1500));
+    let manager = rig.manager(&[(0, 1)], &slow).await;
+    rig.stand.announce(true).await;
+    wait_until("the release", || held(&rig.stand.seen) == 0).await;
+    let released = Instant::now();
+    let killed = slow.kills.lock().unwrap()[0].2;
+    let after = released - killed;
+    assert!(
+        after >= Duration::from_millis(1500),
+        "released {after:?} after the kill, before the pod stopped (1.5 s)"
+    );
+    rig.stop(manager).await;
+}
+
+/// Handed back to the kubelet during the groups: the groups not started yet are the kubelet's,
+/// and the lock goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_back_during_the_groups_stops_them_and_releases_the_lock() {
+    let rig = Rig::new(LIMIT).await;
+    // the low pod takes its group's whole 2 s
+    let two = pods(
+        &[("low", 0, None), ("high", 1000, None)],
+        Duration::from_secs(5),
+    );
+    let manager = rig.manager(&[(0, 2), (1000, 2)], &two).await;
+    rig.stand.announce(true).await;
+    wait_until("the first group", || two.kills.lock().unwrap().len() == 1).await;
+    rig.authority.set_active(false);
+    wait_until("the release at the hand-back", || {
+        held(&rig.stand.seen) == 0
+    })
+    .await;
+    // past the first group's grace: the second group never starts
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    holds_for("no second group after the hand-back", || {
+        two.kills.lock().unwrap().len() == 1
+    })
+    .await;
+    rig.stop(manager).await;
+}
+
+/// logind's delay that could not be read is looked at again the next time the lock is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_that_could_not_be_read_is_checked_again() {
+    let rig = Rig::new(Duration::from_secs(5)).await;
+    *rig.stand.failing_delay_reads.lock().unwrap() = 1;
+    // the read failed: the lock all the same, no drop-in yet
+    let manager = rig.manager(&[(0, 10)], &pods(&[], Duration::ZERO)).await;
+    assert!(!rig.drop_ins().exists(), "a drop-in without a delay read");
+    // the next time the lock is taken: read, raised (10 s + the 1 s flush)
+    rig.authority.set_active(false);
+    wait_until("the release in standby", || held(&rig.stand.seen) == 0).await;
+    rig.authority.set_active(true);
+    wait_until("the lock again", || held(&rig.stand.seen) == 1).await;
+    let text = std::fs::read_to_string(rig.drop_ins().join("98-reaplet.conf"))
+        .expect("the drop-in once the delay could be read");
+    assert!(text.contains("InhibitDelayMaxSec=11\n"), "{text}");
+    assert_eq!(*rig.stand.delay_us.lock().unwrap(), 11_000_000);
+    rig.stop(manager).await;
 }
 
 /// The node's Ready condition during a shutdown, written as this node (`nodes/status`, a
