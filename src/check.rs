@@ -342,7 +342,7 @@ async fn shutdown_check(settings: &Settings, host: &HostPaths<'_>) -> Line {
             NAME,
             Outcome::Warn,
             format!(
-                "{plan}; logind waits up to {}s, {}s needed: reaplet writes {} and reloads logind when it starts; {holders}",
+                "{plan}; logind waits up to {}s, {}s needed: reaplet writes {} and reloads logind before it first holds the lock (while active); {holders}",
                 current.as_secs(),
                 needed.as_secs(),
                 cfg.drop_in_dir

@@ -49,6 +49,12 @@ pub enum SystemdError {
     },
 }
 
+/// A connection to the bus listening on `socket` (the system bus: [`SYSTEM_BUS`]), to be
+/// built; shared by systemd's manager here and logind ([`crate::shutdown::logind`]).
+pub fn bus_builder(socket: &Path) -> zbus::Result<zbus::connection::Builder<'static>> {
+    zbus::connection::Builder::address(format!("unix:path={}", socket.display()).as_str())
+}
+
 /// A lazily connected client for systemd's manager on the system bus.
 #[derive(Debug)]
 pub struct Systemd {
@@ -84,13 +90,11 @@ impl Systemd {
         };
         // connected without the lock held: two racing callers make two connections and the
         // last one is kept, which is harmless
-        let c = zbus::connection::Builder::address(
-            format!("unix:path={}", self.socket.display()).as_str(),
-        )
-        .map_err(bus)?
-        .build()
-        .await
-        .map_err(bus)?;
+        let c = bus_builder(&self.socket)
+            .map_err(bus)?
+            .build()
+            .await
+            .map_err(bus)?;
         if let Ok(mut g) = self.conn.lock() {
             *g = Some(c.clone());
         }

@@ -647,12 +647,12 @@ async fn pods_still_stopping_after_the_last_group_are_waited_for_before_the_rele
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_back_during_the_groups_stops_them_and_releases_the_lock() {
     let rig = Rig::new(LIMIT).await;
-    // the low pod takes its group's whole 2 s
+    // the low pod takes its group's whole 4 s (the hand-back comes well inside them)
     let two = pods(
         &[("low", 0, None), ("high", 1000, None)],
-        Duration::from_secs(5),
+        Duration::from_secs(8),
     );
-    let manager = rig.manager(&[(0, 2), (1000, 2)], &two).await;
+    let manager = rig.manager(&[(0, 4), (1000, 2)], &two).await;
     rig.stand.announce(true).await;
     wait_until("the first group", || two.kills.lock().unwrap().len() == 1).await;
     rig.authority.set_active(false);
@@ -661,7 +661,7 @@ async fn a_hand_back_during_the_groups_stops_them_and_releases_the_lock() {
     })
     .await;
     // past the first group's grace: the second group never starts
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     holds_for("no second group after the hand-back", || {
         two.kills.lock().unwrap().len() == 1
     })

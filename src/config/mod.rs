@@ -407,9 +407,19 @@ pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:10258";
 /// Resolves one merged layer (flags > environment > file, see [`RawSettings::over`]) into
 /// validated settings.
 pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
-    let shutdown = kubelet::ShutdownLayer::from_raw(&raw)?
-        .over(ShutdownSettings::default())
-        .validated(None)?;
+    resolve_over(raw, ShutdownSettings::default(), None)
+}
+
+/// [`resolve`], with each shutdown field over `lower`'s (the kubelet's file at `path`), checked
+/// once merged; an error names the kubelet's file only when it alone set them.
+fn resolve_over(
+    raw: RawSettings,
+    lower: ShutdownSettings,
+    path: Option<&Path>,
+) -> Result<Settings, ConfigError> {
+    let layer = kubelet::ShutdownLayer::from_raw(&raw)?;
+    let named = path.filter(|_| layer.is_empty());
+    let shutdown = layer.over(lower).validated(named)?;
     let kubeconfig = raw
         .kubeconfig
         .map(|v| abs_path("kubeconfig", &v))
@@ -680,16 +690,12 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     };
     // the kubelet's values alone first, so an error names the kubelet's field and file
     file.validate(&upper, &path)?;
-    // the shutdown fields are checked once merged with the kubelet's (below), not alone
-    let layer = kubelet::ShutdownLayer::from_raw(&upper)?;
-    let mut alone = upper;
-    alone.shutdown_grace_period = None;
-    alone.shutdown_grace_period_critical_pods = None;
-    alone.shutdown_grace_period_by_pod_priority = None;
-    let mut settings = resolve(alone.over(file.raw.clone()))?;
+    let mut settings = resolve_over(
+        upper.over(file.raw.clone()),
+        file.shutdown.clone(),
+        Some(&path),
+    )?;
     settings.kubelet_config = Some(path.clone());
-    // each shutdown field from the highest layer that sets it, then checked as a whole
-    settings.shutdown = layer.over(file.shutdown.clone()).validated(Some(&path))?;
     Ok(Loaded {
         settings,
         kubelet: Some(KubeletSummary {

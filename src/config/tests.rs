@@ -405,31 +405,24 @@ fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
         .collect();
     assert_eq!(by, vec![(0, 8), (100_000, 6)]);
     // the kubelet's file alone
-    let s = load(RawSettings::default(), Some(&kubelet))
-        .unwrap()
-        .settings
-        .shutdown;
-    assert_eq!(
+    let periods = |s: ShutdownSettings| {
         (
             s.grace_period.as_secs(),
-            s.grace_period_critical_pods.as_secs()
-        ),
-        (30, 10)
-    );
+            s.grace_period_critical_pods.as_secs(),
+        )
+    };
+    let s = load(RawSettings::default(), Some(&kubelet))
+        .unwrap()
+        .settings;
+    assert_eq!(periods(s.shutdown), (30, 10));
     // a flag over the kubelet's file, field by field: 30 s from the file, 5 s from the flag
     let flags = RawSettings {
         shutdown_grace_period_critical_pods: Some("5s".into()),
         kubelet_config: Some(kubelet.display().to_string()),
         ..RawSettings::default()
     };
-    let s = load(flags.clone(), None).unwrap().settings.shutdown;
-    assert_eq!(
-        (
-            s.grace_period.as_secs(),
-            s.grace_period_critical_pods.as_secs()
-        ),
-        (30, 5)
-    );
+    let s = load(flags.clone(), None).unwrap().settings;
+    assert_eq!(periods(s.shutdown), (30, 5));
     // checked once merged: a critical part longer than the kubelet's period
     let flags = RawSettings {
         shutdown_grace_period_critical_pods: Some("40s".into()),
@@ -437,6 +430,11 @@ fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
     };
     let e = load(flags, None).unwrap_err();
     assert_eq!(e.field, "shutdownGracePeriodCriticalPods", "{e}");
+    // the flag set it: the error does not blame the kubelet's file
+    assert!(
+        !e.to_string().contains(&kubelet.display().to_string()),
+        "{e}"
+    );
     // reaplet's list over the kubelet's period: the kubelet's rule, exclusive
     let flags = RawSettings {
         kubelet_config: Some(kubelet.display().to_string()),

@@ -119,13 +119,12 @@ impl Logind {
             path: socket.to_path_buf(),
             source: Box::new(source),
         };
-        let conn =
-            zbus::connection::Builder::address(format!("unix:path={}", socket.display()).as_str())
-                .map_err(bus)?
-                .method_timeout(CALL_TIMEOUT)
-                .build()
-                .await
-                .map_err(bus)?;
+        let conn = crate::systemd::bus_builder(socket)
+            .map_err(bus)?
+            .method_timeout(CALL_TIMEOUT)
+            .build()
+            .await
+            .map_err(bus)?;
         Ok(Self { conn })
     }
 
@@ -241,17 +240,14 @@ impl Logind {
         const M: &str = "AddMatch PrepareForShutdown";
         const BUS: &str = "org.freedesktop.DBus";
         let call = |e| LogindError::call(M, e);
-        let rule = |sender: &'static str, path: &'static str, iface: &'static str, member| {
-            zbus::MatchRule::builder()
-                .msg_type(zbus::message::Type::Signal)
-                .sender(sender)?
-                .path(path)?
-                .interface(iface)?
-                .member(member)
-                .map(|b| b.build())
-        };
-        let shutdown =
-            rule(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "PrepareForShutdown").map_err(call)?;
+        let shutdown = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(LOGIND)
+            .and_then(|b| b.path(LOGIND_PATH))
+            .and_then(|b| b.interface(LOGIND_MANAGER))
+            .and_then(|b| b.member("PrepareForShutdown"))
+            .map(|b| b.build())
+            .map_err(call)?;
         let owners = zbus::MatchRule::builder()
             .msg_type(zbus::message::Type::Signal)
             .sender(BUS)

@@ -13,6 +13,8 @@
 
 use super::plan::{Group, Stage};
 use crate::pod::PodUid;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -54,23 +56,19 @@ pub async fn run(
             pods = stage.pods.len(),
             "node shutdown: ending a priority group"
         );
-        let mut waiting: Vec<oneshot::Receiver<()>> = stage
+        let mut waiting: FuturesUnordered<oneshot::Receiver<()>> = stage
             .pods
             .iter()
             .filter_map(|(uid, grace)| killer.kill(uid, *grace))
             .collect();
-        let unreachable = stage.pods.len() - waiting.len();
-        let deadline = start + stage.group.grace;
-        let mut stopped = unreachable;
+        let mut stopped = stage.pods.len() - waiting.len();
+        let deadline = tokio::time::sleep_until(start + stage.group.grace);
+        tokio::pin!(deadline);
         // each receiver completes (or its sender is dropped: the worker is gone) once
         while !waiting.is_empty() {
-            let any = futures_util::future::select_all(waiting.iter_mut());
             tokio::select! {
-                (_, i, _) = any => {
-                    waiting.swap_remove(i);
-                    stopped += 1;
-                }
-                _ = tokio::time::sleep_until(deadline) => break,
+                _ = waiting.next() => stopped += 1,
+                _ = &mut deadline => break,
             }
         }
         let report = StageReport {
