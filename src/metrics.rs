@@ -176,6 +176,8 @@ pub struct Metrics {
     /// When the last graceful node shutdown started and ended (Unix seconds; 0: not yet).
     pub graceful_shutdown_start_time: Gauge,
     pub graceful_shutdown_end_time: Gauge,
+    /// 1 while reaplet holds its logind delay inhibitor.
+    pub graceful_shutdown_inhibitor: Gauge,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -211,6 +213,7 @@ impl Metrics {
             evictions: Family::default(),
             graceful_shutdown_start_time: Gauge::default(),
             graceful_shutdown_end_time: Gauge::default(),
+            graceful_shutdown_inhibitor: Gauge::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -293,6 +296,11 @@ impl Metrics {
             "graceful_shutdown_end_time_seconds",
             "Last graceful node shutdown end time (Unix seconds; 0: none finished)",
             m.graceful_shutdown_end_time.clone(),
+        );
+        registry.register(
+            "graceful_shutdown_inhibitor_held",
+            "1 while reaplet holds its logind delay inhibitor (graceful node shutdown configured, reaplet active, logind reachable)",
+            m.graceful_shutdown_inhibitor.clone(),
         );
         let m = Metrics { registry, ..m };
         m.set_working_pods(&HashMap::new());

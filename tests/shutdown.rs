@@ -418,6 +418,8 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
 
     // logind allowed 3 s of the 2 + 3 + 1 needed: the drop-in, the reload, then the lock
     wait_until("the inhibitor", || held(&seen) == 1).await;
+    let gauge = || metrics.graceful_shutdown_inhibitor.get();
+    wait_until("the inhibitor gauge", || gauge() == 1).await;
     let text = std::fs::read_to_string(drop_ins.join("98-reaplet.conf")).unwrap();
     assert!(text.contains("[Login]\nInhibitDelayMaxSec=6\n"), "{text}");
     assert_eq!(seen.lock().unwrap().reloads, 1);
@@ -493,7 +495,10 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     assert!(metrics.graceful_shutdown_end_time.get() >= first_start);
     assert_eq!(ev.message, "Shutdown manager detected shutdown event");
     // handled: not taken again while the shutdown stands
-    holds_for("the lock left released", || held(&seen) == 0).await;
+    holds_for("the lock left released", || {
+        held(&seen) == 0 && gauge() == 0
+    })
+    .await;
 
     // cancelled: taken again, and said so
     stand.announce(false).await;

@@ -187,10 +187,15 @@ pub async fn run<P: Pods>(ctx: Context<P>, cancel: CancellationToken) {
             r = Logind::connect(&ctx.config.bus) => r,
         };
         let err = match r {
-            Ok(logind) => match session(&ctx, &groups, &logind, &mut state, &cancel).await {
-                End::Stopped => return,
-                End::Lost(e) => e,
-            },
+            Ok(logind) => {
+                let end = session(&ctx, &groups, &logind, &mut state, &cancel).await;
+                // the session's lock is gone with it
+                set_held(&ctx, false);
+                match end {
+                    End::Stopped => return,
+                    End::Lost(e) => e,
+                }
+            }
             Err(e) => e,
         };
         // a session that held the lock was a success: the next failure is news again
@@ -208,6 +213,13 @@ pub async fn run<P: Pods>(ctx: Context<P>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// The inhibitor gauge.
+fn set_held<P>(ctx: &Context<P>, held: bool) {
+    if let Some(m) = &ctx.metrics {
+        m.graceful_shutdown_inhibitor.set(i64::from(held));
     }
 }
 
@@ -299,6 +311,7 @@ async fn session<P: Pods>(
                 "standby: logind inhibitor released; a shutdown is the kubelet's to handle"
             );
         }
+        set_held(ctx, lock.is_some());
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return End::Stopped,
