@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # reaplet's whole test suite. Installs what it needs (containerd, runc, busybox-static from
-# Debian's packages; busybox and pause images built locally), then: format check, clippy with
+# Debian's packages; busybox and pause images built locally; the real kube-apiserver, etcd,
+# kubelet, controller manager and scheduler v1.36 built from the Go module proxy by
+# testbed/kube.sh and cached in ~/.cache/reaplet/kube), then: format check, clippy with
 # warnings as errors, unit tests, and the integration tests against real containerd instances
 # (each integration test starts its own private containerd through testbed/testbed.sh), and the
 # VM test (tests/vm: reaplet as a systemd service next to containerd with the systemd cgroup
@@ -25,7 +27,7 @@ ME=scripts/test.sh
 FEATURES=test-hooks,testbed
 TARGET=${CARGO_TARGET_DIR:-target}
 LOG=$TARGET/test.log
-STEPS=7
+STEPS=8
 
 say() { printf '%s: %s\n' "$ME" "$*" >&2; }
 
@@ -71,13 +73,16 @@ setup 2 "container images" "busybox and pause (testbed/testbed.sh images; cached
     quiet testbed/testbed.sh images
 setup 3 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes)" \
     quiet testbed/vm/image.sh
+setup 4 "Kubernetes components" \
+    "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \
+    testbed/kube.sh build
 
-step 4 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
+step 5 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
     cargo fmt --all -- --check || true
-step 5 "clippy" "all targets, features $FEATURES, warnings as errors" \
+step 6 "clippy" "all targets, features $FEATURES, warnings as errors" \
     cargo clippy --all-targets --locked --features "$FEATURES" -- -D warnings || true
 # the production build (no test machinery) must be clean too
-step 6 "clippy (production)" "the binary and library without features, warnings as errors" \
+step 7 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
 
 run_tests() {
@@ -86,7 +91,7 @@ run_tests() {
     RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --all-targets --locked \
         --features "$FEATURES" -- --show-output 2>&1 | tee "$LOG"
 }
-step 7 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
+step 8 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
     run_tests || true
 
 # summarise LOG: which test binaries failed and which of their tests, from cargo's output
@@ -136,7 +141,7 @@ for f in ${failed[@]+"${failed[@]}"}; do
 done
 LOG=$LOG summarise
 if [ ${#failed[@]} = 0 ]; then
-    say "all passed: packages, images, VM image, fmt, clippy (twice), every test binary"
+    say "all passed: packages, images, VM image, Kubernetes components, fmt, clippy (twice), every test binary"
     exit 0
 fi
 say "full test output: $LOG"

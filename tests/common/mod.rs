@@ -431,3 +431,6 @@ pub async fn assert_runs_for(
     }
 }
 pub mod gate;
+#[path = "kube/mod.rs"]
+pub mod k8s;
+pub mod kube_node;
