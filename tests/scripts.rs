@@ -211,6 +211,10 @@ exit 0"#,
         "repo/testbed/vm/image.sh",
         r#"echo "image.sh $*" >>"$CALLS"; echo /nonexistent/vm"#,
     );
+    sb.write_exe(
+        "repo/testbed/kube.sh",
+        r#"echo "kube.sh $*" >>"$CALLS"; echo /nonexistent/kube"#,
+    );
     sb.fake("cargo", FAKE_CARGO_FOR_TEST_SH);
     sb
 }
@@ -294,10 +298,11 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert!(s.contains("all passed"), "{s}");
     assert!(s.contains("0 of 4 test binaries failed"), "{s}");
     // every step announced itself and said how long it took
-    for n in 1..=7 {
-        assert!(r.stderr.contains(&format!("[{n}/7] ")), "step {n}:\n{r:?}");
+    for n in 1..=8 {
+        assert!(r.stderr.contains(&format!("[{n}/8] ")), "step {n}:\n{r:?}");
     }
-    assert_eq!(r.stderr.matches(": ok (").count(), 7, "{r:?}");
+    assert_eq!(r.stderr.matches(": ok (").count(), 8, "{r:?}");
+    assert!(sb.calls().contains("kube.sh build"), "{}", sb.calls());
 }
 
 #[test]

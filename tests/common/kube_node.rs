@@ -108,7 +108,7 @@ impl KubeNode {
                 t0.elapsed() < limit,
                 "pod {name} not running within {limit:?}: {:#}\nkubelet:\n{}",
                 self.get(name).await.unwrap_or_default(),
-                self.kubelet.log_tail(30)
+                self.kubelet.log_grep(&["E1", "W1", name], 40)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -227,38 +227,60 @@ impl KubeNode {
             .collect()
     }
 
-    /// Asserts nothing of pod `uid` is left: no container or sandbox in the runtime, no pod
-    /// cgroup in any hierarchy, no mount below the kubelet's `pods/<uid>`.
-    pub async fn assert_nothing_left(&self, uid: &str) {
+    /// What of pod `uid` is left: running containers, ready sandboxes, pod cgroups in any
+    /// hierarchy, mounts below the kubelet's `pods/<uid>`.
+    pub async fn leftovers(&self, uid: &str) -> Vec<String> {
+        let mut left = Vec::new();
         let cs = self.client.list_containers(Some(uid)).await.unwrap();
-        assert!(
-            cs.iter().all(|c| !c.state.may_run()),
-            "containers still running: {cs:?}"
-        );
+        for c in cs.iter().filter(|c| c.state.may_run()) {
+            left.push(format!("container {c:?}"));
+        }
         let sbs = self.client.list_sandboxes(Some(uid)).await.unwrap();
-        assert!(
-            sbs.iter().all(|s| !s.ready),
-            "sandboxes still ready: {sbs:?}"
-        );
+        for s in sbs.iter().filter(|s| s.ready) {
+            left.push(format!("sandbox {s:?}"));
+        }
         let cg = reaplet::cgroups::CgroupManager::from_mountinfo(
             std::path::Path::new("/proc/self/mountinfo"),
             self.tb.naming(),
         )
         .unwrap();
-        let left = cg
+        for (_, p) in cg
             .existing(&reaplet::pod::PodUid::parse(uid).unwrap())
-            .unwrap();
-        assert!(left.is_empty(), "pod cgroups left: {left:?}");
+            .unwrap()
+        {
+            left.push(format!("cgroup {}", p.display()));
+        }
         let pod_dir = self.kubelet.root_dir.join("pods").join(uid);
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let below: Vec<&str> = mounts
+        for l in mounts
             .lines()
             .filter(|l| l.contains(pod_dir.to_str().unwrap()))
-            .collect();
-        assert!(
-            below.is_empty(),
-            "mounts left below {}: {below:?}",
-            pod_dir.display()
-        );
+        {
+            left.push(format!("mount {l}"));
+        }
+        left
+    }
+
+    /// Asserts nothing of pod `uid` is left (see [`Self::leftovers`]).
+    pub async fn assert_nothing_left(&self, uid: &str) {
+        let left = self.leftovers(uid).await;
+        assert!(left.is_empty(), "left of pod {uid}: {left:#?}");
+    }
+
+    /// Waits until nothing of pod `uid` is left, within `limit`.
+    pub async fn wait_nothing_left(&self, uid: &str, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let left = self.leftovers(uid).await;
+            if left.is_empty() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "left of pod {uid} after {limit:?}: {left:#?}\nreaplet:\n{}",
+                self.reaplet_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

@@ -137,6 +137,22 @@ resolvConf: ""
         };
         k.launch();
         k.wait_healthy().await;
+        // pods are admitted against the Node's allocatable: wait until the kubelet wrote it
+        let t0 = Instant::now();
+        loop {
+            let (_, v) = cluster
+                .raw("GET", &format!("/api/v1/nodes/{}", k.node), None, None)
+                .await;
+            if v["status"]["allocatable"]["pods"].is_string() {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the kubelet did not report the Node's allocatable within 60 s:\n{}",
+                k.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         k
     }
 
@@ -159,6 +175,19 @@ resolvConf: ""
 
     pub fn log_tail(&self, n: usize) -> String {
         self.proc.as_ref().map(|p| p.tail(n)).unwrap_or_default()
+    }
+
+    /// The last `n` lines of its log that contain any of `needles`.
+    pub fn log_grep(&self, needles: &[&str], n: usize) -> String {
+        let Some(p) = self.proc.as_ref() else {
+            return String::new();
+        };
+        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| needles.iter().any(|w| l.contains(w)))
+            .collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     async fn wait_healthy(&mut self) {
@@ -203,10 +232,14 @@ resolvConf: ""
         self.wait_healthy().await;
     }
 
-    /// Writes a static pod manifest into its `staticPodPath`.
+    /// Writes a static pod manifest into its `staticPodPath` (atomically).
     pub fn add_static_pod(&self, file: &str, yaml: &str) -> PathBuf {
+        // written aside and renamed: the kubelet reads the directory every second and skips
+        // dot files; a half-written manifest would be rejected
         let p = self.static_pod_path.join(file);
-        std::fs::write(&p, yaml).unwrap();
+        let tmp = self.static_pod_path.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
         p
     }
 }
