@@ -111,12 +111,13 @@ fn disruption_target(pod: &Value) -> Option<&Value> {
         .find(|c| c["type"] == "DisruptionTarget")
 }
 
-/// The condition of fact 6.2, exactly, with `lastTransitionTime` = now.
+/// The condition of fact 6.2, exactly, with `lastTransitionTime` = now (and, as every pod
+/// condition the server renders, `lastProbeTime: null`).
 #[track_caller]
 fn expect_disruption_target(pod: &Value) {
     let c = disruption_target(pod).unwrap_or_else(|| panic!("no DisruptionTarget: {pod:#}"));
     let mut want = json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-        "message": "Eviction API: evicting"});
+        "message": "Eviction API: evicting", "lastProbeTime": null});
     want["lastTransitionTime"] = c["lastTransitionTime"].clone();
     assert_eq!(c, &want);
     assert!((secs(&c["lastTransitionTime"]) - now()).abs() <= 2, "{c}");
@@ -153,10 +154,10 @@ async fn expect_untouched(bed: &Bed, before: &Value) {
     );
 }
 
-#[tokio::test]
-async fn fact_6_1_eviction_without_pdb_is_a_graceful_delete() {
+both!(fact_6_1_eviction_without_pdb_is_a_graceful_delete);
+async fn fact_6_1_eviction_without_pdb_is_a_graceful_delete(b: Backend) {
     for phase in ["Pending", "Running"] {
-        let bed = Bed::new().await;
+        let bed = Bed::new(b).await;
         pod_in(&bed, "e1", json!({"app": "e1"}), phase, true).await;
         expect_success(&evict(&bed.node_a, "e1", None).await);
         expect_evicted(&bed, "e1", 30).await;
@@ -174,12 +175,12 @@ async fn fact_6_1_eviction_without_pdb_is_a_graceful_delete() {
     }
 }
 
-#[tokio::test]
-async fn fact_6_2_disruption_target_then_delete_two_modified() {
-    let bed = Bed::new().await;
+both!(fact_6_2_disruption_target_then_delete_two_modified);
+async fn fact_6_2_disruption_target_then_delete_two_modified(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.running("e2").await;
     let mut w = bed.watch_pods().await;
-    let writes = bed.api.writes().len();
+    let mark = bed.write_mark();
     expect_success(&evict(&bed.node_a, "e2", None).await);
     let (t1, first) = w.expect_next().await;
     assert_eq!(t1, "MODIFIED");
@@ -196,16 +197,17 @@ async fn fact_6_2_disruption_target_then_delete_two_modified() {
     assert_eq!(disruption_target(&second), disruption_target(&first));
     w.expect_quiet(Duration::from_millis(500)).await;
     // one request recorded: the eviction; the inner writes are not requests
-    let new: Vec<_> = bed.api.writes().into_iter().skip(writes).collect();
+    let new = bed.writes_since(&mark, |w| !w.is_empty()).await;
     assert_eq!(new.len(), 1, "{new:#?}");
     assert!(
-        new[0].method == "POST" && new[0].path.ends_with("/e2/eviction") && new[0].status == 201
+        new[0].method == "POST" && new[0].path.ends_with("/e2/eviction") && new[0].code == 201,
+        "{new:#?}"
     );
 }
 
-#[tokio::test]
-async fn fact_6_3_pdb_not_consulted_for_pending_succeeded_failed() {
-    let bed = Bed::new().await;
+both!(fact_6_3_pdb_not_consulted_for_pending_succeeded_failed);
+async fn fact_6_3_pdb_not_consulted_for_pending_succeeded_failed(b: Backend) {
+    let bed = Bed::new(b).await;
     // no disruption allowed, and none healthy: no way through the budget (6.4, 6.12)
     let sel = json!({"matchLabels": {"group": "e3"}});
     let guard = pdb(&bed, "pdb-e3", sel, Some(budget(0, 0, 1))).await;
@@ -227,9 +229,9 @@ async fn fact_6_3_pdb_not_consulted_for_pending_succeeded_failed() {
     expect_pdb(&bed, "pdb-e3", &guard).await;
 }
 
-#[tokio::test]
-async fn fact_6_4_no_disruption_allowed_is_429_without_retry_after() {
-    let bed = Bed::new().await;
+both!(fact_6_4_no_disruption_allowed_is_429_without_retry_after);
+async fn fact_6_4_no_disruption_allowed_is_429_without_retry_after(b: Backend) {
+    let bed = Bed::new(b).await;
     let pod = bed.running("r1").await;
     let guard = pdb_app(&bed, "pdb-r1", "r1", budget(0, 1, 1)).await;
     let mut w = bed.watch_pods().await;
@@ -247,9 +249,9 @@ async fn fact_6_4_no_disruption_allowed_is_429_without_retry_after() {
     expect_pdb(&bed, "pdb-r1", &guard).await;
 }
 
-#[tokio::test]
-async fn fact_6_5_allowed_eviction_consumes_the_budget() {
-    let bed = Bed::new().await;
+both!(fact_6_5_allowed_eviction_consumes_the_budget);
+async fn fact_6_5_allowed_eviction_consumes_the_budget(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.running("r2").await;
     bed.running("r2b").await;
     let sel =
@@ -294,8 +296,8 @@ async fn fact_6_5_allowed_eviction_consumes_the_budget() {
     expect_429(&r, &needs("pdb-r2", 1, 1), None);
 }
 
-#[tokio::test]
-async fn fact_6_6_two_pdbs_is_500_without_reason() {
+both!(fact_6_6_two_pdbs_is_500_without_reason);
+async fn fact_6_6_two_pdbs_is_500_without_reason(b: Backend) {
     let msg = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
     let expr = |op: &str, key: &str, values: &[&str]| json!({"matchExpressions": [{"key": key, "operator": op, "values": values}]});
     // the second PDB's selector, and whether it selects the pod (labels `app: r6`)
@@ -312,17 +314,24 @@ async fn fact_6_6_two_pdbs_is_500_without_reason() {
         ),
         (expr("NotIn", "app", &["r6"]), false),
         (json!({"matchLabels": {"app": "x"}}), false),
-        (json!({}), false),
+        // policy/v1: an empty selector selects every pod of the namespace
+        (json!({}), true),
     ];
     for (selector, selects) in cases {
-        let bed = Bed::new().await;
+        let bed = Bed::new(b).await;
         let pod = bed.running("r6").await;
         let a = pdb_app(&bed, "pdb-r6a", "r6", budget(1, 1, 1)).await;
-        let b = pdb(&bed, "pdb-r6b", selector.clone(), Some(budget(1, 1, 1))).await;
+        let second = pdb(&bed, "pdb-r6b", selector.clone(), Some(budget(1, 1, 1))).await;
         let r = evict(&bed.node_a, "r6", None).await;
+        let want = if selects { 500 } else { 201 };
+        assert_eq!(
+            r.code, want,
+            "second PDB selecting {selector}: {:#}",
+            r.body
+        );
         if !selects {
             expect_success(&r);
-            expect_pdb(&bed, "pdb-r6b", &b).await;
+            expect_pdb(&bed, "pdb-r6b", &second).await;
             continue;
         }
         r.expect(500, Some(msg));
@@ -333,21 +342,21 @@ async fn fact_6_6_two_pdbs_is_500_without_reason() {
         );
         expect_untouched(&bed, &pod).await;
         expect_pdb(&bed, "pdb-r6a", &a).await;
-        expect_pdb(&bed, "pdb-r6b", &b).await;
+        expect_pdb(&bed, "pdb-r6b", &second).await;
     }
 }
 
-#[tokio::test]
-async fn fact_6_7_delete_options_grace_period() {
-    let bed = Bed::new().await;
+both!(fact_6_7_delete_options_grace_period);
+async fn fact_6_7_delete_options_grace_period(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.running("r7").await;
     expect_success(&evict(&bed.node_a, "r7", Some(json!({"gracePeriodSeconds": 7}))).await);
     expect_evicted(&bed, "r7", 7).await;
 }
 
-#[tokio::test]
-async fn fact_6_8_preconditions_checked_after_the_budget_is_consumed() {
-    let bed = Bed::new().await;
+both!(fact_6_8_preconditions_checked_after_the_budget_is_consumed);
+async fn fact_6_8_preconditions_checked_after_the_budget_is_consumed(b: Backend) {
+    let bed = Bed::new(b).await;
     let conflict = |name: &str, uid: &str| {
         format!(
             "Operation cannot be fulfilled on Pod \"{name}\": the UID in the precondition ({ZERO_UID}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
@@ -378,9 +387,9 @@ async fn fact_6_8_preconditions_checked_after_the_budget_is_consumed() {
     assert!(bed.stored("r5x").await.is_none());
 }
 
-#[tokio::test]
-async fn fact_6_9_node_evicts_only_its_own_pods() {
-    let bed = Bed::new().await;
+both!(fact_6_9_node_evicts_only_its_own_pods);
+async fn fact_6_9_node_evicts_only_its_own_pods(b: Backend) {
+    let bed = Bed::new(b).await;
     let pod = bed.pod("e6", Some("node-b")).await;
     let r = evict(&bed.node_a, "e6", None).await;
     let msg = "pods \"e6\" is forbidden: node node-a can only evict pods with spec.nodeName set to itself";
@@ -397,9 +406,9 @@ async fn fact_6_9_node_evicts_only_its_own_pods() {
     );
 }
 
-#[tokio::test]
-async fn fact_6_10_terminating_pod_ignores_the_pdb() {
-    let bed = Bed::new().await;
+both!(fact_6_10_terminating_pod_ignores_the_pdb);
+async fn fact_6_10_terminating_pod_ignores_the_pdb(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.running("r10").await;
     let guard = pdb_app(&bed, "pdb-r10", "r10", budget(0, 1, 1)).await;
     let deleted = bed.admin.delete(&pod_path("r10"), None).await;
@@ -427,8 +436,8 @@ async fn fact_6_10_terminating_pod_ignores_the_pdb() {
     expect_pdb(&bed, "pdb-r10", &guard).await;
 }
 
-#[tokio::test]
-async fn fact_6_11_pdb_not_yet_observed_is_429_retry_after_10() {
+both!(fact_6_11_pdb_not_yet_observed_is_429_retry_after_10);
+async fn fact_6_11_pdb_not_yet_observed_is_429_retry_after_10(b: Backend) {
     let mut unobserved = budget(1, 1, 1);
     unobserved["observedGeneration"] = 0.into();
     for case in [
@@ -436,7 +445,7 @@ async fn fact_6_11_pdb_not_yet_observed_is_429_retry_after_10() {
         "1 < 2 after a spec edit",
         "fresh",
     ] {
-        let bed = Bed::new().await;
+        let bed = Bed::new(b).await;
         let pod = bed.running("r8").await;
         let sel = json!({"matchLabels": {"app": "r8"}});
         let status = match case {
@@ -466,10 +475,10 @@ async fn fact_6_11_pdb_not_yet_observed_is_429_retry_after_10() {
     }
 }
 
-#[tokio::test]
-async fn fact_6_12_not_ready_pod_counts_current_healthy() {
+both!(fact_6_12_not_ready_pod_counts_current_healthy);
+async fn fact_6_12_not_ready_pod_counts_current_healthy(b: Backend) {
     for (current, evicted) in [(1, true), (0, false)] {
-        let bed = Bed::new().await;
+        let bed = Bed::new(b).await;
         let pod = pod_in(&bed, "r12", json!({"app": "r12"}), "Running", false).await;
         let guard = pdb_app(&bed, "pdb-r12", "r12", budget(0, current, 1)).await;
         let r = evict(&bed.node_a, "r12", None).await;
@@ -484,9 +493,9 @@ async fn fact_6_12_not_ready_pod_counts_current_healthy() {
     }
 }
 
-#[tokio::test]
-async fn fact_6_13_new_pdb_status_and_negative_budget() {
-    let bed = Bed::new().await;
+both!(fact_6_13_new_pdb_status_and_negative_budget);
+async fn fact_6_13_new_pdb_status_and_negative_budget(b: Backend) {
+    let bed = Bed::new(b).await;
     let sel = json!({"matchLabels": {"app": "e11"}});
     let created = pdb(&bed, "pdb-e11", sel, None).await;
     let zeros = json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
@@ -517,9 +526,9 @@ async fn fact_6_13_new_pdb_status_and_negative_budget() {
     expect_pdb(&bed, "pdb-e11", &created).await;
 }
 
-#[tokio::test]
-async fn fact_6_14_eviction_body_name_version_namespace() {
-    let bed = Bed::new().await;
+both!(fact_6_14_eviction_body_name_version_namespace);
+async fn fact_6_14_eviction_body_name_version_namespace(b: Backend) {
+    let bed = Bed::new(b).await;
     let mismatch = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other", "namespace": "default"}});
     let beta = json!({"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": "e14b", "namespace": "default"}});
     let no_ns =

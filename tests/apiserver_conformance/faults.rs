@@ -1,8 +1,9 @@
 //! The fault-injecting layer (`tests/common/apiserver/faults.rs`) over real HTTP: what a rule
 //! answers, for how long, and what stalls, resets and slow bodies look like to a client.
 
+use super::apiserver::User;
 use super::apiserver::faults::{FaultRule, Match};
-use super::{Bed, Client, PODS, STRATEGIC, connect, pod_path};
+use super::{Backend, Bed, Client, PODS, STRATEGIC, connect, pod_path};
 use http_body_util::BodyExt;
 use hyper::body::Bytes;
 use serde_json::{Value, json};
@@ -32,7 +33,7 @@ async fn raw(c: &Client, method: &str, path: &str, body: Option<&Value>) -> Resu
     let req = c.request(method, path, super::JSON, body);
     let start = Instant::now();
     let fut = async {
-        let mut send = connect(c.addr).await;
+        let mut send = connect(c.addr()).await;
         let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
         let code = resp.status().as_u16();
         let headers = resp.headers().clone();
@@ -83,10 +84,10 @@ fn pods_list() -> Match {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_429_retry_after() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     bed.pod("p", None).await;
     let id = bed
-        .api
+        .api()
         .inject(FaultRule::answer(429).retry_after(5).matching(pods_list()));
     let r = bed.admin.get(PODS).await;
     assert_eq!(r.code, 429, "{:#}", r.body);
@@ -101,21 +102,21 @@ async fn fault_429_retry_after() {
     assert_eq!(r.body["details"]["retryAfterSeconds"], 5);
     // other requests pass
     bed.admin.get(&pod_path("p")).await.expect(200, None);
-    assert_eq!(bed.api.fault_hits(id), 1);
-    assert!(bed.api.remove_fault(id));
+    assert_eq!(bed.api().fault_hits(id), 1);
+    assert!(bed.api().remove_fault(id));
     bed.admin.get(PODS).await.expect(200, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_answer_reasons() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     let want = [
         (500, "InternalError"),
         (503, "ServiceUnavailable"),
         (504, "Timeout"),
     ];
     for (code, reason) in want {
-        bed.api.inject(FaultRule::answer(code).times(1));
+        bed.api().inject(FaultRule::answer(code).times(1));
         let r = bed.admin.get(PODS).await;
         assert_eq!((r.code, r.reason()), (code, reason), "{:#}", r.body);
         assert_eq!(r.body["code"], code);
@@ -126,9 +127,9 @@ async fn fault_answer_reasons() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_times_n() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     let id = bed
-        .api
+        .api()
         .inject(FaultRule::answer(500).matching(pods_list()).times(3));
     let mut codes = Vec::new();
     for _ in 0..5 {
@@ -139,9 +140,9 @@ async fn fault_times_n() {
             .expect(200, None);
     }
     assert_eq!(codes, [500, 500, 500, 200, 200]);
-    assert_eq!(bed.api.fault_hits(id), 3);
+    assert_eq!(bed.api().fault_hits(id), 3);
     let logged: Vec<u16> = bed
-        .api
+        .api()
         .requests_matching(&pods_list())
         .iter()
         .map(|r| r.status)
@@ -151,21 +152,21 @@ async fn fault_times_n() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_stall_pod_a_not_pod_b() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     bed.running("a").await;
     bed.running("b").await;
     let m = Match::any().verb("patch").subresource("status").name("a");
-    let id = bed.api.inject(FaultRule::stall().matching(m));
+    let id = bed.api().inject(FaultRule::stall().matching(m));
     let c = bed.node_a.clone();
     let a = tokio::spawn(async move {
         let path = format!("{}/status", pod_path("a"));
         let req = c.request("PATCH", &path, STRATEGIC, Some(&status_patch("False")));
-        let mut send = connect(c.addr).await;
+        let mut send = connect(c.addr()).await;
         let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
         Ok::<u16, String>(resp.status().as_u16())
     });
     until(secs(5.0), "pod a's PATCH stalled", || {
-        bed.api.stalled_by(id) == 1
+        bed.api().stalled_by(id) == 1
     })
     .await;
     let t = Instant::now();
@@ -190,31 +191,31 @@ async fn fault_stall_pod_a_not_pod_b() {
         "the stalled PATCH reached the store"
     );
     // removed: the stalled request goes on to the handler
-    assert!(bed.api.remove_fault(id));
+    assert!(bed.api().remove_fault(id));
     let code = tokio::time::timeout(secs(5.0), a).await;
     assert_eq!(code.expect("released within 5 s").unwrap(), Ok(200));
     assert_eq!(ready_of(&bed.stored("a").await.unwrap()), "False");
-    assert_eq!(bed.api.stalled_by(id), 0);
+    assert_eq!(bed.api().stalled_by(id), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_stall_cut() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     bed.pod("x", None).await;
     // cut_fault: the stalled connection is closed with no answer
     let id = bed
-        .api
+        .api()
         .inject(FaultRule::stall().matching(Match::any().name("x")));
     let c = bed.admin.clone();
     let x = tokio::spawn(async move { raw(&c, "GET", &pod_path("x"), None).await.map(|r| r.code) });
-    until(secs(5.0), "GET x stalled", || bed.api.stalled_by(id) == 1).await;
-    assert!(bed.api.cut_fault(id));
+    until(secs(5.0), "GET x stalled", || bed.api().stalled_by(id) == 1).await;
+    assert!(bed.api().cut_fault(id));
     let got = tokio::time::timeout(secs(5.0), x)
         .await
         .expect("cut within 5 s");
     assert!(got.unwrap().is_err(), "a cut stall answered");
-    assert_eq!(bed.api.stalled_by(id), 0);
-    let logged = bed.api.requests_matching(&Match::any().name("x"));
+    assert_eq!(bed.api().stalled_by(id), 0);
+    let logged = bed.api().requests_matching(&Match::any().name("x"));
     assert_eq!(
         logged.last().map(|r| r.status),
         Some(0),
@@ -222,43 +223,43 @@ async fn fault_stall_cut() {
     );
     // a refused server cuts stalled connections too
     let id = bed
-        .api
+        .api()
         .inject(FaultRule::stall().matching(Match::any().name("x")));
     let c = bed.admin.clone();
     let x = tokio::spawn(async move { raw(&c, "GET", &pod_path("x"), None).await.map(|r| r.code) });
-    until(secs(5.0), "GET x stalled", || bed.api.stalled_by(id) == 1).await;
-    bed.api.refuse_connections_for(secs(0.3));
+    until(secs(5.0), "GET x stalled", || bed.api().stalled_by(id) == 1).await;
+    bed.api().refuse_connections_for(secs(0.3));
     let got = tokio::time::timeout(secs(5.0), x)
         .await
         .expect("cut within 5 s");
     assert!(got.unwrap().is_err(), "a stall answered across an outage");
     until(secs(5.0), "the stall let go", || {
-        bed.api.stalled_by(id) == 0
+        bed.api().stalled_by(id) == 0
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_stall_ends_when_client_leaves() {
-    let bed = Bed::new().await;
-    let id = bed.api.inject(FaultRule::stall().matching(pods_list()));
+    let bed = Bed::new(Backend::Imitation).await;
+    let id = bed.api().inject(FaultRule::stall().matching(pods_list()));
     let c = bed.admin.clone();
     let x = tokio::spawn(async move { raw(&c, "GET", PODS, None).await.map(|r| r.code) });
-    until(secs(5.0), "LIST stalled", || bed.api.stalled_by(id) == 1).await;
+    until(secs(5.0), "LIST stalled", || bed.api().stalled_by(id) == 1).await;
     x.abort();
     until(secs(5.0), "the stall let go", || {
-        bed.api.stalled_by(id) == 0
+        bed.api().stalled_by(id) == 0
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_reset() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     bed.pod("p", None).await;
     let m = Match::any().verb("get").name("p");
     let id = bed
-        .api
+        .api()
         .inject(FaultRule::reset().matching(m.clone()).times(1));
     let got = raw(&bed.admin, "GET", &pod_path("p"), None).await;
     assert!(
@@ -266,10 +267,10 @@ async fn fault_reset() {
         "answered {}",
         got.map(|r| r.code).unwrap_or(0)
     );
-    assert_eq!(bed.api.fault_hits(id), 1);
+    assert_eq!(bed.api().fault_hits(id), 1);
     bed.admin.get(&pod_path("p")).await.expect(200, None);
     let logged: Vec<u16> = bed
-        .api
+        .api()
         .requests_matching(&m)
         .iter()
         .map(|r| r.status)
@@ -279,7 +280,7 @@ async fn fault_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_slow_body() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     for i in 0..8 {
         bed.pod(&format!("p{i}"), None).await;
     }
@@ -287,7 +288,7 @@ async fn fault_slow_body() {
     let len = plain.bytes.len();
     assert!(len > 3000, "a list of {len} bytes");
     let rate = 2000u64;
-    let id = bed.api.inject(
+    let id = bed.api().inject(
         FaultRule::slow_body(Some(rate), Duration::ZERO)
             .matching(pods_list())
             .times(1),
@@ -307,9 +308,9 @@ async fn fault_slow_body() {
         "{len} bytes in {:?}",
         slow.took
     );
-    assert_eq!(bed.api.fault_hits(id), 1);
+    assert_eq!(bed.api().fault_hits(id), 1);
     // a delay before the first byte, the length announced
-    let id = bed.api.inject(
+    let id = bed.api().inject(
         FaultRule::slow_body(None, secs(1.5))
             .matching(pods_list())
             .times(1),
@@ -325,7 +326,7 @@ async fn fault_slow_body() {
     assert_eq!(cl, Some(len.to_string()));
     // spent: the next list is not slowed
     let fast = raw(&bed.admin, "GET", PODS, None).await.unwrap();
-    assert_eq!(bed.api.fault_hits(id), 1);
+    assert_eq!(bed.api().fault_hits(id), 1);
     assert!(
         fast.took < secs(1.4),
         "an unfaulted list took {:?}",
@@ -335,9 +336,9 @@ async fn fault_slow_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_rules_expire() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     let start = Instant::now();
-    bed.api
+    bed.api()
         .inject(FaultRule::answer(503).for_duration(secs(3.0)));
     let r = bed.admin.get(PODS).await;
     assert!(start.elapsed() < secs(3.0), "too slow to observe the rule");
@@ -346,7 +347,7 @@ async fn fault_rules_expire() {
     bed.admin.get(PODS).await.expect(200, None);
     // a stall for a while answers when its time is up
     let start = Instant::now();
-    let id = bed.api.inject(FaultRule::stall().for_duration(secs(1.5)));
+    let id = bed.api().inject(FaultRule::stall().for_duration(secs(1.5)));
     let r = raw(&bed.admin, "GET", PODS, None).await.unwrap();
     assert_eq!(r.code, 200);
     let took = start.elapsed();
@@ -354,14 +355,14 @@ async fn fault_rules_expire() {
         took >= secs(1.5) && took < secs(6.5),
         "answered after {took:?}"
     );
-    assert_eq!(bed.api.fault_hits(id), 1);
+    assert_eq!(bed.api().fault_hits(id), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_fail_for_is_a_rule() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     let start = Instant::now();
-    bed.api.fail_for(secs(3.0), 429);
+    bed.api().fail_for(secs(3.0), 429);
     let r = bed.node_a.get("/api/v1/nodes/node-a").await;
     assert_eq!(
         (r.code, r.reason()),
@@ -374,7 +375,7 @@ async fn fault_fail_for_is_a_rule() {
         Some("1")
     );
     // a second call replaces the first
-    bed.api.fail_for(secs(3.0), 500);
+    bed.api().fail_for(secs(3.0), 500);
     let r = bed.admin.get(PODS).await;
     assert_eq!((r.code, r.reason()), (500, "InternalError"), "{:#}", r.body);
     assert!(
@@ -387,10 +388,11 @@ async fn fault_fail_for_is_a_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_matcher_narrows() {
-    let bed = Bed::new().await;
-    let api = &bed.api;
+    let bed = Bed::new(Backend::Imitation).await;
+    let api = bed.api();
     api.inject(FaultRule::answer(500).matching(Match::any().watch(true)));
-    api.inject(FaultRule::answer(503).matching(Match::any().user(&bed.node_b.user)));
+    let node_b = User::Node("node-b".into());
+    api.inject(FaultRule::answer(503).matching(Match::any().user(&node_b)));
     api.inject(FaultRule::answer(504).matching(Match::any().namespace("kube-system")));
     api.inject(FaultRule::answer(429).matching(Match::any().method("post").resource("pods")));
     let a = &bed.admin;
@@ -418,9 +420,9 @@ async fn fault_matcher_narrows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_delay() {
-    let bed = Bed::new().await;
+    let bed = Bed::new(Backend::Imitation).await;
     bed.pod("p", None).await;
-    bed.api.inject(
+    bed.api().inject(
         FaultRule::delay(secs(1.0))
             .matching(Match::any().name("p"))
             .times(1),
@@ -432,7 +434,7 @@ async fn fault_delay() {
         "answered after {:?}",
         r.took
     );
-    bed.api
+    bed.api()
         .inject(FaultRule::answer(504).after(secs(1.0)).times(1));
     let r = raw(&bed.admin, "GET", &pod_path("p"), None).await.unwrap();
     assert_eq!(

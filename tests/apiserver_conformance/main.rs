@@ -3,12 +3,27 @@
 //! `../shared/reference/apiserver-facts.md`, named `fact_<section>_<n>_…`, each checking the
 //! status code, reason, message where anything reads it, the watch sequence and the object
 //! afterwards. Requests go over real HTTP with the identities the facts used: an admin and the
-//! nodes `node-a` and `node-b` (bearer tokens standing for their client certificates).
+//! nodes `node-a` and `node-b`.
+//!
+//! Every fact runs twice, with the same assertions: `<fact>::imitation` against the imitation
+//! (bearer tokens standing for the client certificates) and `<fact>::real` against a real
+//! kube-apiserver v1.36 with etcd (`tests/common/kube`, client certificates, TLS), so
+//! `cargo test --test apiserver_conformance real` (or `imitation`) selects one side. Where they
+//! disagree the imitation is wrong: the real server is the truth. The few facts the real server
+//! cannot show on demand are `imitation` only, with the reason beside them; `faults.rs` (5xx and
+//! 429 storms, stalls, trickled bodies) is the imitation's own layer and has no real side.
+//!
+//! The real servers come from a small pool (`real.rs`): started once per binary, one test at a
+//! time each, reset to the facts' set-up (no pods, PDBs, events, leases; Nodes `node-a` and
+//! `node-b` created afresh) before every test.
 //!
 //! Facts listed as out of scope in `tests/common/apiserver/mod.rs` have no test here.
 
 #[path = "../common/apiserver/mod.rs"]
 mod apiserver;
+#[path = "../common/kube/mod.rs"]
+#[allow(dead_code)]
+mod kube;
 
 mod eviction;
 mod faults;
@@ -17,6 +32,7 @@ mod mirror;
 mod nodes;
 mod other;
 mod pods;
+mod real;
 mod status;
 mod watch;
 
@@ -26,6 +42,46 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use std::time::Duration;
+
+/// Which API server a test talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The in-process imitation (`tests/common/apiserver`).
+    Imitation,
+    /// A real kube-apiserver v1.36 and etcd (`tests/common/kube`).
+    Real,
+}
+
+/// `both!(fact_x);` before `async fn fact_x(b: Backend)`: the module `fact_x` with the tests
+/// `imitation` and `real`, each running the fact against its backend.
+macro_rules! both {
+    ($fact:ident) => {
+        mod $fact {
+            #[tokio::test]
+            async fn imitation() {
+                super::$fact($crate::Backend::Imitation).await
+            }
+            #[tokio::test]
+            async fn real() {
+                super::$fact($crate::Backend::Real).await
+            }
+        }
+    };
+}
+
+/// `imitation_only!(fact_x);`: only the `imitation` test (say beside it why the real server
+/// cannot show the fact on demand).
+macro_rules! imitation_only {
+    ($fact:ident) => {
+        mod $fact {
+            #[tokio::test]
+            async fn imitation() {
+                super::$fact($crate::Backend::Imitation).await
+            }
+        }
+    };
+}
+pub(crate) use {both, imitation_only};
 
 /// An answer: code, headers and the body as JSON (`Null` if it was not JSON).
 #[derive(Debug)]
@@ -74,12 +130,17 @@ pub const JSON_PATCH: &str = "application/json-patch+json";
 
 /// A client with one identity.
 #[derive(Clone)]
-pub struct Client {
-    addr: std::net::SocketAddr,
-    user: User,
+pub enum Client {
+    /// The imitation: plain HTTP/1.1, a fresh connection per request, a bearer token.
+    Imitation {
+        addr: std::net::SocketAddr,
+        user: User,
+    },
+    /// The real server: kube-rs over TLS with the identity's client certificate (no retries).
+    Real(::kube::Client),
 }
 
-async fn connect(
+pub(crate) async fn connect(
     addr: std::net::SocketAddr,
 ) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let stream = tokio::net::TcpStream::connect(addr)
@@ -92,50 +153,115 @@ async fn connect(
     send
 }
 
+/// The User-Agent of every request (fact 11.7: the field manager is taken from it).
+pub const USER_AGENT: &str = "conformance/v0";
+
 impl Client {
     pub fn admin(api: &ApiServer) -> Client {
-        Client {
+        Client::Imitation {
             addr: api.addr,
             user: User::Admin,
         }
     }
 
     pub fn node(api: &ApiServer, node: &str) -> Client {
-        Client {
+        Client::Imitation {
             addr: api.addr,
             user: User::Node(node.to_owned()),
         }
     }
 
-    fn request(
+    /// The imitation's address (its fault tests speak raw HTTP to it).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Client::Imitation { addr, .. } => *addr,
+            Client::Real(_) => panic!("a raw connection to the real server"),
+        }
+    }
+
+    /// A request to the imitation, with its bearer token.
+    pub fn request(
         &self,
         method: &str,
         path: &str,
         ct: &str,
         body: Option<&Value>,
     ) -> hyper::Request<Full<Bytes>> {
+        let Client::Imitation { user, .. } = self else {
+            panic!("a raw request to the real server");
+        };
         let bytes = body.map(|b| b.to_string()).unwrap_or_default();
         let mut b = hyper::Request::builder()
             .method(method)
             .uri(path)
             .header("host", "apiserver")
-            .header("authorization", format!("Bearer {}", self.user.token()))
-            .header("user-agent", "conformance/v0");
+            .header("authorization", format!("Bearer {}", user.token()))
+            .header("user-agent", USER_AGENT);
         if body.is_some() {
             b = b.header("content-type", ct);
         }
         b.body(Full::new(Bytes::from(bytes))).expect("request")
     }
 
-    /// One request on a fresh connection (at most 30 s).
+    /// A request to the real server (kube-rs adds the client certificate).
+    fn real_request(
+        method: &str,
+        path: &str,
+        ct: &str,
+        body: Option<&Value>,
+        user_agent: Option<&str>,
+    ) -> http::Request<::kube::client::Body> {
+        let mut b = http::Request::builder().method(method).uri(path);
+        if let Some(ua) = user_agent {
+            b = b.header("user-agent", ua);
+        }
+        if body.is_some() {
+            b = b.header("content-type", ct);
+        }
+        let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+        b.body(::kube::client::Body::from(bytes.into_bytes()))
+            .expect("request")
+    }
+
+    /// One request (at most 30 s): on a fresh connection to the imitation, on kube-rs's
+    /// connection pool to the real server.
     pub async fn send(&self, method: &str, path: &str, ct: &str, body: Option<&Value>) -> Resp {
-        let req = self.request(method, path, ct, body);
+        self.send_as(method, path, ct, body, Some(USER_AGENT)).await
+    }
+
+    /// [`Self::send`] with another User-Agent, or none (the real server only).
+    pub async fn send_as(
+        &self,
+        method: &str,
+        path: &str,
+        ct: &str,
+        body: Option<&Value>,
+        user_agent: Option<&str>,
+    ) -> Resp {
         let fut = async {
-            let mut send = connect(self.addr).await;
-            let resp = send.send_request(req).await.expect("an answer");
-            let code = resp.status().as_u16();
-            let headers = resp.headers().clone();
-            let bytes = resp.into_body().collect().await.expect("a body").to_bytes();
+            let (code, headers, bytes) = match self {
+                Client::Imitation { addr, .. } => {
+                    assert_eq!(user_agent, Some(USER_AGENT), "raw HTTP for another agent");
+                    let req = self.request(method, path, ct, body);
+                    let mut send = connect(*addr).await;
+                    let resp = send.send_request(req).await.expect("an answer");
+                    let code = resp.status().as_u16();
+                    let headers = resp.headers().clone();
+                    let bytes = resp.into_body().collect().await.expect("a body").to_bytes();
+                    (code, headers, bytes)
+                }
+                Client::Real(k) => {
+                    let req = Self::real_request(method, path, ct, body, user_agent);
+                    let resp = k
+                        .send(req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+                    let code = resp.status().as_u16();
+                    let headers = resp.headers().clone();
+                    let bytes = resp.into_body().collect().await.expect("a body").to_bytes();
+                    (code, headers, bytes)
+                }
+            };
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             Resp {
                 code,
@@ -171,16 +297,37 @@ impl Client {
 
     /// Opens a watch (`path` carries the query); a non-200 answer comes back as `Err`.
     pub async fn watch(&self, path: &str) -> Result<Watch, Resp> {
-        let req = self.request("GET", path, JSON, None);
-        let mut send = connect(self.addr).await;
-        let resp = tokio::time::timeout(Duration::from_secs(30), send.send_request(req))
-            .await
-            .expect("watch answered within 30 s")
-            .expect("an answer");
-        let code = resp.status().as_u16();
+        let limit = Duration::from_secs(30);
+        let (code, headers, body, keep) = match self {
+            Client::Imitation { addr, .. } => {
+                let req = self.request("GET", path, JSON, None);
+                let mut send = connect(*addr).await;
+                let resp = tokio::time::timeout(limit, send.send_request(req))
+                    .await
+                    .expect("watch answered within 30 s")
+                    .expect("an answer");
+                let (parts, body) = resp.into_parts();
+                let body = body.map_err(Into::into).boxed_unsync();
+                (parts.status.as_u16(), parts.headers, body, Some(send))
+            }
+            Client::Real(k) => {
+                let req = Self::real_request("GET", path, JSON, None, Some(USER_AGENT));
+                let resp = tokio::time::timeout(limit, k.send(req))
+                    .await
+                    .expect("watch answered within 30 s")
+                    .unwrap_or_else(|e| panic!("watch {path}: {e}"));
+                let (parts, body) = resp.into_parts();
+                let body = body.map_err(Into::into).boxed_unsync();
+                (parts.status.as_u16(), parts.headers, body, None)
+            }
+        };
+        let mut body: AnyBody = body;
         if code != 200 {
-            let headers = resp.headers().clone();
-            let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+            let bytes = tokio::time::timeout(limit, body.collect())
+                .await
+                .expect("a body within 30 s")
+                .expect("a body")
+                .to_bytes();
             return Err(Resp {
                 code,
                 headers,
@@ -188,14 +335,9 @@ impl Client {
             });
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut body = resp.into_body();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut buf = Vec::new();
-            while let Some(frame) = body.frame().await {
-                let Ok(frame) = frame else { break };
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
+            while let Some(data) = next_data(&mut body).await {
                 buf.extend_from_slice(&data);
                 while let Some(i) = buf.iter().position(|b| *b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=i).collect();
@@ -207,14 +349,41 @@ impl Client {
                 }
             }
         });
-        Ok(Watch { rx, _send: send })
+        Ok(Watch {
+            rx,
+            task,
+            _send: keep,
+        })
+    }
+}
+
+/// A response body of either client.
+type AnyBody =
+    http_body_util::combinators::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The next data frame; `None` at the end or on an error.
+async fn next_data(body: &mut AnyBody) -> Option<Bytes> {
+    loop {
+        let frame = body.frame().await?.ok()?;
+        if let Ok(data) = frame.into_data() {
+            return Some(data);
+        }
     }
 }
 
 /// An open watch: its events, in order.
 pub struct Watch {
     rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
-    _send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    /// reads the stream; aborted (the stream closed) when the watch is dropped
+    task: tokio::task::JoinHandle<()>,
+    /// the imitation's connection
+    _send: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Watch {
@@ -264,10 +433,30 @@ impl Watch {
 
 /// The facts' set-up: a fresh server, Nodes `node-a` and `node-b` created by an admin.
 pub struct Bed {
-    pub api: ApiServer,
+    pub backend: Backend,
+    /// the imitation (`Backend::Imitation`)
+    imitation: Option<ApiServer>,
+    /// the real server borrowed from the pool (`Backend::Real`)
+    real: Option<real::Borrowed>,
     pub admin: Client,
     pub node_a: Client,
     pub node_b: Client,
+}
+
+/// Where a test started counting writes ([`Bed::write_mark`]).
+pub struct WriteMark {
+    index: usize,
+    at: jiff::Timestamp,
+}
+
+/// A write request as the server recorded it: the imitation's request log, the real server's
+/// audit log.
+#[derive(Debug)]
+pub struct Write {
+    pub method: String,
+    /// without the query
+    pub path: String,
+    pub code: u16,
 }
 
 pub const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -290,11 +479,34 @@ pub fn pod_body(name: &str, node: Option<&str>) -> Value {
 }
 
 impl Bed {
-    pub async fn new() -> Bed {
-        let api = ApiServer::start().await;
-        let admin = Client::admin(&api);
+    pub async fn new(backend: Backend) -> Bed {
+        let bed = match backend {
+            Backend::Imitation => {
+                let api = ApiServer::start().await;
+                Bed {
+                    backend,
+                    admin: Client::admin(&api),
+                    node_a: Client::node(&api, "node-a"),
+                    node_b: Client::node(&api, "node-b"),
+                    imitation: Some(api),
+                    real: None,
+                }
+            }
+            Backend::Real => {
+                let real = real::Borrowed::get().await;
+                Bed {
+                    backend,
+                    admin: Client::Real(real.client("admin").await),
+                    node_a: Client::Real(real.client("node-a").await),
+                    node_b: Client::Real(real.client("node-b").await),
+                    imitation: None,
+                    real: Some(real),
+                }
+            }
+        };
         for n in ["node-a", "node-b"] {
-            let r = admin
+            let r = bed
+                .admin
                 .post(
                     "/api/v1/nodes",
                     &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
@@ -302,14 +514,101 @@ impl Bed {
                 .await;
             assert_eq!(r.code, 201, "creating Node {n}: {:#}", r.body);
         }
-        let node_a = Client::node(&api, "node-a");
-        let node_b = Client::node(&api, "node-b");
-        Bed {
-            api,
-            admin,
-            node_a,
-            node_b,
+        bed
+    }
+
+    /// The imitation's hooks; panics for the real server (a fact using them is imitation-only).
+    pub fn api(&self) -> &ApiServer {
+        self.imitation
+            .as_ref()
+            .expect("an imitation hook on the real server")
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.backend == Backend::Real
+    }
+
+    /// Makes the server forget its history up to now, as compaction and a watch cache that
+    /// lost its window do; returns the resourceVersion it now remembers from (a watch from an
+    /// older one is answered `410 Expired` with this number, fact 7.1). The imitation forgets
+    /// on demand; the real server's etcd is compacted through etcd's own API and the API
+    /// server restarted, so that its watch cache starts afresh at the current revision.
+    pub async fn compact(&mut self) -> u64 {
+        match &mut self.real {
+            None => {
+                let api = self.api();
+                api.compact();
+                let r = self.admin.get(PODS).await;
+                r.expect(200, None);
+                r.rv()
+            }
+            Some(real) => real.compact(&self.admin).await,
         }
+    }
+
+    /// Where [`Self::writes_since`] starts counting.
+    pub fn write_mark(&self) -> WriteMark {
+        WriteMark {
+            index: self.imitation.as_ref().map_or(0, |a| a.writes().len()),
+            at: jiff::Timestamp::now(),
+        }
+    }
+
+    /// The writes received since `mark`, once `until` holds for them (at most 5 s: the real
+    /// server's audit log is written as each request completes).
+    pub async fn writes_since(
+        &self,
+        mark: &WriteMark,
+        until: impl Fn(&[Write]) -> bool,
+    ) -> Vec<Write> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let writes: Vec<Write> = match &self.real {
+                None => self
+                    .api()
+                    .writes()
+                    .into_iter()
+                    .skip(mark.index)
+                    .map(|r| Write {
+                        method: r.method,
+                        path: r.path,
+                        code: r.status,
+                    })
+                    .collect(),
+                Some(real) => real.writes_since(mark.at),
+            };
+            if until(&writes) || std::time::Instant::now() > deadline {
+                return writes;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every core/v1 Event stored, in order of creation (the imitation's store; the real
+    /// server's, listed by the admin).
+    pub async fn events(&self) -> Vec<Value> {
+        if self.real.is_none() {
+            return self.api().events();
+        }
+        let r = self.admin.get("/api/v1/events").await;
+        r.expect(200, None);
+        let mut evs = r.body["items"].as_array().cloned().unwrap_or_default();
+        evs.sort_by_key(rv);
+        evs
+    }
+
+    /// Namespace `ns` exists (created by the admin if missing).
+    pub async fn add_namespace(&self, ns: &str) {
+        if self.real.is_none() {
+            return self.api().add_namespace(ns);
+        }
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        let r = self.admin.post("/api/v1/namespaces", &body).await;
+        assert!(
+            r.code == 201 || r.code == 409,
+            "namespace {ns}: {:#}",
+            r.body
+        );
     }
 
     /// Admin creates `body`; returns the stored object.

@@ -5,9 +5,9 @@
 use super::pods::*;
 use super::*;
 
-#[tokio::test]
-async fn fact_11_1_one_resource_version_counter() {
-    let bed = Bed::new().await;
+both!(fact_11_1_one_resource_version_counter);
+async fn fact_11_1_one_resource_version_counter(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("s0", Some("node-a")).await;
     let mut last = rv(&p);
     for m in ["a", "b", "c"] {
@@ -46,9 +46,9 @@ async fn fact_11_1_one_resource_version_counter() {
     assert_eq!(r.rv(), last, "a no-op keeps it");
 }
 
-#[tokio::test]
-async fn fact_11_2_generation() {
-    let bed = Bed::new().await;
+both!(fact_11_2_generation);
+async fn fact_11_2_generation(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("m0", Some("node-a")).await;
     assert_eq!(p["metadata"]["generation"], 1);
     let image = json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
@@ -93,9 +93,9 @@ async fn fact_11_2_generation() {
     assert_eq!(r.body["metadata"]["generation"], 4, "shortening the grace");
 }
 
-#[tokio::test]
-async fn fact_11_3_which_spec_fields_an_update_may_change() {
-    let bed = Bed::new().await;
+both!(fact_11_3_which_spec_fields_an_update_may_change);
+async fn fact_11_3_which_spec_fields_an_update_may_change(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("m0", Some("node-a")).await;
     let mut tolerations = p["spec"]["tolerations"].as_array().unwrap().clone();
     tolerations.push(json!({"key": "example.com/t", "operator": "Exists", "effect": "NoSchedule"}));
@@ -142,9 +142,9 @@ async fn fact_11_3_which_spec_fields_an_update_may_change() {
     );
 }
 
-#[tokio::test]
-async fn fact_11_4_defaults_on_create() {
-    let bed = Bed::new().await;
+both!(fact_11_4_defaults_on_create);
+async fn fact_11_4_defaults_on_create(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("d", Some("node-a")).await;
     let spec = &p["spec"];
     let defaults = [
@@ -185,9 +185,9 @@ async fn fact_11_4_defaults_on_create() {
     );
 }
 
-#[tokio::test]
-async fn fact_11_5_pods_inherit_the_nodes_topology_labels() {
-    let bed = Bed::new().await;
+both!(fact_11_5_pods_inherit_the_nodes_topology_labels);
+async fn fact_11_5_pods_inherit_the_nodes_topology_labels(b: Backend) {
+    let bed = Bed::new(b).await;
     let (zone, region) = (
         "topology.kubernetes.io/zone",
         "topology.kubernetes.io/region",
@@ -230,9 +230,9 @@ async fn fact_11_5_pods_inherit_the_nodes_topology_labels() {
     );
 }
 
-#[tokio::test]
-async fn fact_11_6_content_types() {
-    let bed = Bed::new().await;
+both!(fact_11_6_content_types);
+async fn fact_11_6_content_types(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("s0", Some("node-a")).await;
     let label = json!({"metadata": {"labels": {"x": "y"}}});
     let r = bed.admin.patch(&pod_path("s0"), JSON, &label).await;
@@ -271,10 +271,18 @@ async fn fact_11_6_content_types() {
     assert_eq!(r.body["status"]["message"], "applied");
 }
 
-/// A POST with no User-Agent header, over a raw connection.
+/// A POST with no User-Agent header (to the imitation over a raw connection).
 async fn post_without_user_agent(bed: &Bed, path: &str, body: &Value) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(bed.api.addr)
+    if bed.is_real() {
+        let r = bed
+            .admin
+            .send_as("POST", path, JSON, Some(body), None)
+            .await;
+        r.expect(201, None);
+        return r.body;
+    }
+    let mut s = tokio::net::TcpStream::connect(bed.api().addr)
         .await
         .expect("connect");
     let body = body.to_string();
@@ -303,9 +311,9 @@ fn managers(p: &Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn fact_11_7_managed_fields() {
-    let bed = Bed::new().await;
+both!(fact_11_7_managed_fields);
+async fn fact_11_7_managed_fields(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("s0", Some("node-a")).await;
     let update = |m: &str, sub: &str| (m.to_owned(), "Update".to_owned(), sub.to_owned());
     assert_eq!(managers(&p), [update("conformance", "")]);
@@ -318,9 +326,9 @@ async fn fact_11_7_managed_fields() {
     assert_eq!(managers(&anon), [update("unknown", "")], "{anon:#}");
 }
 
-#[tokio::test]
-async fn fact_11_8_details_kind() {
-    let bed = Bed::new().await;
+both!(fact_11_8_details_kind);
+async fn fact_11_8_details_kind(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("s0", Some("node-a")).await;
     bed.pod("x-b", Some("node-b")).await;
     set_phase(&bed, "s0", "Running").await;

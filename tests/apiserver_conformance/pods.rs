@@ -95,9 +95,9 @@ pub(crate) async fn delete(c: &Client, name: &str, opts: Value) -> Resp {
     c.delete(&pod_path(name), Some(&opts)).await
 }
 
-#[tokio::test]
-async fn fact_1_1_graceful_delete_answers_the_pod() {
-    let bed = Bed::new().await;
+both!(fact_1_1_graceful_delete_answers_the_pod);
+async fn fact_1_1_graceful_delete_answers_the_pod(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.pod("g1", Some("node-a")).await;
     let mut w = bed.watch_pods().await;
     let t0 = now();
@@ -118,9 +118,9 @@ async fn fact_1_1_graceful_delete_answers_the_pod() {
     );
 }
 
-#[tokio::test]
-async fn fact_1_2_shorter_grace_counts_from_the_first_delete() {
-    let bed = Bed::new().await;
+both!(fact_1_2_shorter_grace_counts_from_the_first_delete);
+async fn fact_1_2_shorter_grace_counts_from_the_first_delete(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.pod("g1", Some("node-a")).await;
     let first = bed.admin.delete(&pod_path("g1"), None).await;
     first.expect(200, None);
@@ -139,9 +139,9 @@ async fn fact_1_2_shorter_grace_counts_from_the_first_delete() {
     );
 }
 
-#[tokio::test]
-async fn fact_1_3_longer_or_equal_grace_changes_nothing() {
-    let bed = Bed::new().await;
+both!(fact_1_3_longer_or_equal_grace_changes_nothing);
+async fn fact_1_3_longer_or_equal_grace_changes_nothing(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.pod("g1", Some("node-a")).await;
     bed.admin
         .delete(&pod_path("g1"), None)
@@ -166,9 +166,9 @@ async fn fact_1_3_longer_or_equal_grace_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn fact_1_4_grace_as_query_string() {
-    let bed = Bed::new().await;
+both!(fact_1_4_grace_as_query_string);
+async fn fact_1_4_grace_as_query_string(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.pod("g1", Some("node-a")).await;
     let first = bed.admin.delete(&pod_path("g1"), None).await;
     // "now + 5" would come out at least a second later than "start + 5"
@@ -187,9 +187,9 @@ async fn fact_1_4_grace_as_query_string() {
     assert_eq!((t.as_str(), dgps(&o)), ("MODIFIED", &json!(5)));
 }
 
-#[tokio::test]
-async fn fact_1_5_grace_zero_puts_dt_at_that_request() {
-    let bed = Bed::new().await;
+both!(fact_1_5_grace_zero_puts_dt_at_that_request);
+async fn fact_1_5_grace_zero_puts_dt_at_that_request(b: Backend) {
+    let bed = Bed::new(b).await;
     // (pod, with a finalizer, Succeeded before the grace-0 delete)
     let cases = [
         ("z-plain", false, false),
@@ -242,9 +242,9 @@ async fn fact_1_5_grace_zero_puts_dt_at_that_request() {
     w.expect_quiet(QUIET).await;
 }
 
-#[tokio::test]
-async fn fact_1_6_the_server_never_removes_a_pod_when_dt_passes() {
-    let bed = Bed::new().await;
+both!(fact_1_6_the_server_never_removes_a_pod_when_dt_passes);
+async fn fact_1_6_the_server_never_removes_a_pod_when_dt_passes(b: Backend) {
+    let bed = Bed::new(b).await;
     bed.pod("short", Some("node-a")).await;
     bed.pod("done", Some("node-a")).await;
     delete(&bed.admin, "short", json!({"gracePeriodSeconds": 1}))
@@ -271,9 +271,9 @@ async fn fact_1_6_the_server_never_removes_a_pod_when_dt_passes() {
     }
 }
 
-#[tokio::test]
-async fn fact_1_7_negative_grace_is_one_and_an_empty_body_is_none() {
-    let bed = Bed::new().await;
+both!(fact_1_7_negative_grace_is_one_and_an_empty_body_is_none);
+async fn fact_1_7_negative_grace_is_one_and_an_empty_body_is_none(b: Backend) {
+    let bed = Bed::new(b).await;
     let cases = [
         ("n-neg", json!({"gracePeriodSeconds": -1}), 1),
         ("n-one", json!({"gracePeriodSeconds": 1}), 1),
@@ -295,9 +295,9 @@ async fn fact_1_7_negative_grace_is_one_and_an_empty_body_is_none() {
     }
 }
 
-#[tokio::test]
-async fn fact_1_8_immediate_deletion() {
-    let bed = Bed::new().await;
+both!(fact_1_8_immediate_deletion);
+async fn fact_1_8_immediate_deletion(b: Backend) {
+    let bed = Bed::new(b).await;
     // (pod, bound, phase set by node-a, DeleteOptions, spec grace)
     let cases = [
         ("i-unbound", None, None, None, None),
@@ -332,9 +332,9 @@ async fn fact_1_8_immediate_deletion() {
     }
 }
 
-#[tokio::test]
-async fn fact_2_1_grace_zero_is_modified_then_deleted() {
-    let bed = Bed::new().await;
+both!(fact_2_1_grace_zero_is_modified_then_deleted);
+async fn fact_2_1_grace_zero_is_modified_then_deleted(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("d0", Some("node-a")).await;
     let mut w = bed.watch_pods().await;
     let t0 = now();
@@ -365,9 +365,9 @@ async fn fact_2_1_grace_zero_is_modified_then_deleted() {
     assert_eq!(r.rv(), rv(&d));
 }
 
-#[tokio::test]
-async fn fact_2_2_wrong_uid_precondition() {
-    let bed = Bed::new().await;
+both!(fact_2_2_wrong_uid_precondition);
+async fn fact_2_2_wrong_uid_precondition(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("d1", Some("node-a")).await;
     let msg = format!(
         "Operation cannot be fulfilled on Pod \"d1\": the UID in the precondition (00000000-0000-0000-0000-000000000000) does not match the UID in record ({}). The object might have been deleted and then recreated",
@@ -385,9 +385,9 @@ async fn fact_2_2_wrong_uid_precondition() {
     );
 }
 
-#[tokio::test]
-async fn fact_2_3_wrong_resource_version_precondition() {
-    let bed = Bed::new().await;
+both!(fact_2_3_wrong_resource_version_precondition);
+async fn fact_2_3_wrong_resource_version_precondition(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("d1", Some("node-a")).await;
     let r = delete(
         &bed.admin,
@@ -414,9 +414,9 @@ pub async fn held(bed: &Bed, name: &str) -> Value {
     bed.create(body).await
 }
 
-#[tokio::test]
-async fn fact_2_4_a_finalizer_holds_a_grace_zero_delete() {
-    let bed = Bed::new().await;
+both!(fact_2_4_a_finalizer_holds_a_grace_zero_delete);
+async fn fact_2_4_a_finalizer_holds_a_grace_zero_delete(b: Backend) {
+    let bed = Bed::new(b).await;
     held(&bed, "f0").await;
     let mut w = bed.watch_pods().await;
     let t0 = now();
@@ -440,9 +440,9 @@ async fn fact_2_4_a_finalizer_holds_a_grace_zero_delete() {
     set_phase(&bed, "f0", "Failed").await;
 }
 
-#[tokio::test]
-async fn fact_2_5_removing_the_last_finalizer() {
-    let bed = Bed::new().await;
+both!(fact_2_5_removing_the_last_finalizer);
+async fn fact_2_5_removing_the_last_finalizer(b: Backend) {
+    let bed = Bed::new(b).await;
     let unhold = json!({"metadata": {"finalizers": null}});
     // dgps 0: deleted at once, the answer shows the update at the old resourceVersion
     held(&bed, "f0").await;
@@ -473,9 +473,9 @@ async fn fact_2_5_removing_the_last_finalizer() {
     assert!(bed.stored("f1").await.is_some());
 }
 
-#[tokio::test]
-async fn fact_2_6_propagation_policies() {
-    let bed = Bed::new().await;
+both!(fact_2_6_propagation_policies);
+async fn fact_2_6_propagation_policies(b: Backend) {
+    let bed = Bed::new(b).await;
     let cases = [
         (
             "p-fg",
@@ -513,9 +513,9 @@ async fn fact_2_6_propagation_policies() {
     }
 }
 
-#[tokio::test]
-async fn fact_2_7_dry_run_stores_nothing() {
-    let bed = Bed::new().await;
+both!(fact_2_7_dry_run_stores_nothing);
+async fn fact_2_7_dry_run_stores_nothing(b: Backend) {
+    let bed = Bed::new(b).await;
     let p = bed.pod("dry", Some("node-a")).await;
     let mut w = bed.watch_pods().await;
     let t0 = now();

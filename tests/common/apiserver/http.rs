@@ -97,8 +97,9 @@ pub fn request_info(method: &str, path: &str, query: &HashMap<String, String>) -
         _ => return None,
     };
     let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    // `watch` makes a watch of a collection only: `…/NAME?watch=1` is a GET (fact 8.5)
     let verb = match (method, name.is_empty()) {
-        ("GET", _) if watch => "watch",
+        ("GET", true) if watch => "watch",
         ("GET", true) => "list",
         ("GET", false) => "get",
         ("POST", _) => "create",

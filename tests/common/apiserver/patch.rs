@@ -1,7 +1,8 @@
 //! The three patch types kube-apiserver takes on update (fact 4.1): JSON merge patch
 //! (RFC 7386: lists are replaced whole, fact 4.9), strategic merge patch (lists with a merge
-//! key merge by it: conditions by `type`, container statuses by `name`, fact 4.9) and JSON patch
-//! (RFC 6902). Any other content type on PATCH is 415 (fact 11.6).
+//! key merge by it: conditions by `type`, container statuses by `name`, fact 4.9, in
+//! apimachinery's order: the patch's items first where the server had no opinion) and JSON
+//! patch (RFC 6902). Any other content type on PATCH is 415 (fact 11.6).
 
 use serde_json::{Value, json};
 
@@ -98,6 +99,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
         }
         match (merge_key(k), v, t.get_mut(k)) {
             (Some(key), Value::Array(items), Some(Value::Array(existing))) => {
+                let server_order: Vec<Value> = existing.iter().map(|e| e[key].clone()).collect();
                 for item in items {
                     let id = &item[key];
                     match existing.iter_mut().find(|e| &e[key] == id) {
@@ -105,6 +107,8 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                         None => existing.push(item.clone()),
                     }
                 }
+                let patch_order: Vec<&Value> = items.iter().map(|i| &i[key]).collect();
+                *existing = element_order(existing, &patch_order, &server_order, key);
             }
             (_, Value::Object(_), Some(existing @ Value::Object(_))) => {
                 strategic_merge(existing, v)
@@ -113,6 +117,42 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                 t.insert(k.clone(), v.clone());
             }
         }
+    }
+}
+
+/// `normalizeElementOrder`: the merged list's items the patch names, in the patch's order,
+/// interleaved with the server's other items, in the server's order: a server item goes
+/// before a patch item only when both were on the server and it came first there. So an item
+/// the patch adds comes before the server's own (measured: a strategic patch adding a
+/// condition to `[Ready]` gives `[added, Ready]`).
+fn element_order(
+    merged: &[Value],
+    patch_order: &[&Value],
+    server_order: &[Value],
+    key: &str,
+) -> Vec<Value> {
+    let at = |order: &[&Value], item: &Value| order.iter().position(|k| **k == item[key]);
+    let server_at = |item: &Value| server_order.iter().position(|k| *k == item[key]);
+    let (mut patched, server_only): (Vec<Value>, Vec<Value>) = merged
+        .iter()
+        .cloned()
+        .partition(|i| at(patch_order, i).is_some());
+    patched.sort_by_key(|i| at(patch_order, i));
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        patched.into_iter().peekable(),
+    );
+    let mut out = Vec::with_capacity(merged.len());
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+            (Some(l), Some(r)) => {
+                matches!((server_at(l), server_at(r)), (Some(a), Some(b)) if a < b)
+            }
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
     }
 }
 
@@ -237,6 +277,26 @@ mod tests {
         assert_eq!(st["conditions"][0]["status"], "False");
         assert_eq!(st["containerStatuses"][0]["image"], "busybox");
         assert_eq!(st["containerStatuses"][0]["ready"], false);
+    }
+
+    #[test]
+    fn strategic_merge_orders_patch_items_before_new_server_ones() {
+        let conds = |v: &Value| -> Vec<String> {
+            v["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let c = |t: &str| json!({"type": t, "status": "True"});
+        // an added item goes first; items both have keep the server's order
+        let mut st = json!({"conditions": [c("Ready")]});
+        strategic_merge(&mut st, &json!({"conditions": [c("X")]}));
+        assert_eq!(conds(&st), ["X", "Ready"]);
+        let mut st = json!({"conditions": [c("A"), c("B"), c("C")]});
+        strategic_merge(&mut st, &json!({"conditions": [c("C"), c("N"), c("A")]}));
+        assert_eq!(conds(&st), ["B", "C", "N", "A"]);
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! * 4.5: a `metadata.uid` that differs is 422 `field is immutable`, the cause listed twice
 //!   (the generic and the pod's metadata validation each find it), not 409;
 //! * 4.7, 4.8: phases are not validated; conditions are stored as sent (no
-//!   `lastTransitionTime` filled in);
-//! * 4.9: strategic patches merge conditions by `type`, merge patches replace the list;
+//!   `lastTransitionTime` filled in: times not sent are `null`, [`super::store::render`]);
+//! * 4.9: strategic patches merge conditions by `type` (a new one first), merge patches
+//!   replace the list;
 //! * 4.10: a node may not change labels or `resourceClaimStatuses` (403); a newly set
 //!   `nominatedNodeName` on a bound pod, a changed `qosClass` (an empty one is filled in from
 //!   the stored pod) and an invalid pod IP are 422; spec changes are ignored; unknown status

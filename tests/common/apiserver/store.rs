@@ -4,7 +4,10 @@
 //! * 11.1: one `resourceVersion` counter shared by every object, +1 per write; a write that
 //!   changes nothing keeps it and emits no watch event ([`Store::commit`] compares first);
 //! * the watch history that watches replay from (`compacted` is the oldest resourceVersion
-//!   still replayable: an older one answers `too old resource version`, facts 7.1 and 7.2).
+//!   still replayable: an older one answers `too old resource version`, facts 7.1 and 7.2);
+//! * what is stored is what Go's JSON encoding of the decoded object gives ([`render`]): a
+//!   condition's times not sent are `null`, a container status's states `{}` (measured on the
+//!   real server: facts 4.8, 4.10, 6.2 and 9's conditions).
 
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -222,6 +225,7 @@ impl Store {
         before: Option<&Value>,
         mut obj: Value,
     ) -> Value {
+        render(kind, &mut obj);
         if let Some(b) = before
             && same_but_rv(b, &obj)
         {
@@ -257,6 +261,70 @@ impl Store {
                 self.pdbs.insert((ns, name), obj);
             }
         }
+    }
+}
+
+/// Sets `key` to `zero` in the object `v` when it is missing (a Go field without `omitempty`, or
+/// a struct, which `omitempty` does not omit: `metav1.Time` renders its zero value as `null`).
+fn zero(v: &mut Value, key: &str, zero: Value) {
+    if let Some(m) = v.as_object_mut() {
+        m.entry(key).or_insert(zero);
+    }
+}
+
+/// Each object of the list at `pointer`.
+fn each(v: &mut Value, pointer: &str, mut f: impl FnMut(&mut Value)) {
+    if let Some(Value::Array(items)) = v.pointer_mut(pointer) {
+        items.iter_mut().filter(|i| i.is_object()).for_each(&mut f);
+    }
+}
+
+/// A `ContainerState` as Go renders it: `running.startedAt`, `terminated.exitCode`,
+/// `startedAt` and `finishedAt` always there.
+fn render_state(state: &mut Value) {
+    if let Some(r) = state.get_mut("running") {
+        zero(r, "startedAt", Value::Null);
+    }
+    if let Some(t) = state.get_mut("terminated") {
+        zero(t, "exitCode", 0.into());
+        zero(t, "startedAt", Value::Null);
+        zero(t, "finishedAt", Value::Null);
+    }
+}
+
+/// The object as the real server stores and answers it after decoding into its Go type: the
+/// fields Go always encodes are there with their zero values (`PodCondition` and
+/// `NodeCondition` times `null`; `ContainerStatus` `state`/`lastState` `{}`, `ready`,
+/// `restartCount`, `image`, `imageID`).
+pub fn render(kind: Kind, obj: &mut Value) {
+    match kind {
+        Kind::Pod => {
+            each(obj, "/status/conditions", |c| {
+                zero(c, "lastProbeTime", Value::Null);
+                zero(c, "lastTransitionTime", Value::Null);
+            });
+            for list in [
+                "initContainerStatuses",
+                "containerStatuses",
+                "ephemeralContainerStatuses",
+            ] {
+                each(obj, &format!("/status/{list}"), |s| {
+                    for state in ["state", "lastState"] {
+                        zero(s, state, serde_json::json!({}));
+                        render_state(&mut s[state]);
+                    }
+                    zero(s, "ready", false.into());
+                    zero(s, "restartCount", 0.into());
+                    zero(s, "image", "".into());
+                    zero(s, "imageID", "".into());
+                });
+            }
+        }
+        Kind::Node => each(obj, "/status/conditions", |c| {
+            zero(c, "lastHeartbeatTime", Value::Null);
+            zero(c, "lastTransitionTime", Value::Null);
+        }),
+        Kind::Lease | Kind::Pdb => {}
     }
 }
 

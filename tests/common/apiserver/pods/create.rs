@@ -1,6 +1,6 @@
 //! Pod create: the API's defaults (fact 11.4), the Node's topology labels (11.5), server
-//! fields (uid, generation 1, creationTimestamp, status reset: 5.5, 5.8) and
-//! NodeRestriction's mirror-pod rules for a node (5.2–5.4).
+//! fields (uid, generation 1, creationTimestamp, status reset but for a `qosClass` sent: 5.5,
+//! 5.8) and NodeRestriction's mirror-pod rules for a node (5.2–5.4).
 
 use super::*;
 
@@ -291,8 +291,13 @@ pub(super) fn create(state: &Arc<State>, req: &Req) -> Reply {
     }
     pod["metadata"]["namespace"] = ns.into();
     pod["metadata"]["uid"] = s.new_uid().into();
-    // the status of a create is the server's (fact 5.8)
+    // the status of a create is the server's (fact 5.8), but for a `qosClass` sent, which it
+    // keeps (`qos.GetPodQOS` returns a non-empty one as is; measured on the real server)
+    let qos = pod["status"]["qosClass"].clone();
     pod["status"] = json!({});
+    if qos.as_str().is_some_and(|q| !q.is_empty()) {
+        pod["status"]["qosClass"] = qos;
+    }
     touch_managed_fields(&mut pod, &manager(&req.user_agent), "Update", "");
     if req.dry_run() {
         return respond(201, &prepare_new(&s, pod));

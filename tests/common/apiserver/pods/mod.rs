@@ -21,7 +21,8 @@
 //! * 5.2–5.5, 5.8: a node creates only mirror pods, bound to itself, with a controller owner
 //!   reference to its Node (uid checked), referencing no service account or secret (nor, from
 //!   upstream, configmaps, PVCs, generic ephemeral volumes, resource claims); missing
-//!   namespace 404, duplicate 409; a server-assigned uid; status sent in a create is ignored;
+//!   namespace 404, duplicate 409; a server-assigned uid; status sent in a create is ignored
+//!   (but for a `qosClass`, kept as the real server keeps it);
 //! * 11.2–11.5, 11.7: generation (1 on create, +1 per spec change and when a graceful delete
 //!   sets `dt`, not when it is shortened); which spec fields an update may change (422 with
 //!   a diff otherwise); the defaults a created pod gets (including the two `NoExecute`

@@ -15,7 +15,8 @@
 //! Inferred from upstream, not measured: 400 `field label not supported: X`; the other 422s of
 //! watch options; Exact LISTs within history; an initial-events watch from a future version
 //! ends with an `ERROR` (the 504 body); `rv=0` is treated as no rv (`SetListOptionsDefaults`:
-//! same `ADDED`s and bookmark); `…/pods/NAME?watch=1` selects by name. Approximation: after
+//! same `ADDED`s and bookmark). (`…/pods/NAME?watch=1` is a GET, not a watch: see
+//! [`super::http::request_info`].) Approximation: after
 //! [`super::ApiServer::compact`], an object changed since is assumed selected (or not) by its
 //! new content when a watch replays from the compaction point (history keeps no prior object).
 //! Left out: `labelSelector` (ignored: no caller uses
@@ -175,10 +176,6 @@ pub async fn list_or_watch(state: &Arc<State>, req: &Req, kind: Kind) -> Reply {
     };
     if state.faults.lock().unwrap().ignore_field_selectors {
         fields.clear();
-    }
-    if !req.attrs.name.is_empty() {
-        // a watch of one object (`…/pods/NAME?watch=1`) selects it by name
-        fields.push(("metadata.name".into(), true, req.attrs.name.clone()));
     }
     let sel = Selection {
         kind,
