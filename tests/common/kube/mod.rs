@@ -301,10 +301,13 @@ impl Cluster {
     /// URL unless a proxy is put in front).
     pub fn node_kubeconfig_for(&self, node: &str, server: &str) -> PathBuf {
         let id = self.node_identity(node);
-        let path = self
-            .dir
-            .path()
-            .join(format!("{node}-{}.kubeconfig", server.len()));
+        // one file per (node, server): the server's host:port names it
+        let tag: String = server
+            .trim_start_matches("https://")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = self.dir.path().join(format!("{node}-{tag}.kubeconfig"));
         self.pki.kubeconfig(server, &id, &path)
     }
 
