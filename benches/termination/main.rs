@@ -10,6 +10,8 @@
 //! sudo cargo bench --bench termination -- exits:5     # exit -> status only, 5 pods per path
 //! sudo cargo bench --bench termination -- drain         # 30 pods: reaplet drain vs all at once
 //! cargo bench --bench termination -- taints           # NoExecute taint on 1,000/10,000 pods
+//! sudo cargo bench --bench termination -- kubelet      # the real kubelet v1.36 vs reaplet, side by side
+//! sudo cargo bench --bench termination -- kubelet:taint   # one of them: one, burst, exit, taint, outage
 //! sudo cargo bench --bench termination -- all
 //! ```
 //!
@@ -24,6 +26,7 @@ mod apiserver;
 mod drain;
 mod exits;
 mod fake_cri;
+mod side_by_side;
 mod taints;
 
 #[global_allocator]
@@ -94,20 +97,15 @@ struct Agent {
 }
 
 impl Agent {
-    fn spawn(
-        api: &ApiServer,
-        endpoint: &str,
-        cgroup_root: &str,
-        dir: &Path,
-        extra: &[&str],
-    ) -> R<Agent> {
+    /// `reaplet run` in its own process, the rest of its command line set by `args`: its status
+    /// server on a free loopback port, text logs (stderr) in `log`, and none of the inherited
+    /// environment that would configure it (`REAPLET_*`, in-cluster, systemd's notify socket).
+    fn run(log: PathBuf, args: impl FnOnce(&mut Command)) -> R<Agent> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
         let status: SocketAddr = ([127, 0, 0, 1], port).into();
-        let kc = api.write_kubeconfig(dir, NODE);
-        let log = dir.join("reaplet.log");
         let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));
         for (k, _) in std::env::vars() {
@@ -119,20 +117,33 @@ impl Agent {
             }
         }
         c.arg("run")
-            .arg("--kubeconfig")
-            .arg(&kc)
-            .args(["--hostname-override", NODE])
-            .args(["--container-runtime-endpoint", endpoint])
-            .args(["--cgroup-root", cgroup_root])
-            .arg("--root-dir")
-            .arg(dir.join("kubelet"))
             .args(["--metrics-bind-address", &status.to_string()])
-            .args(["--log-format", "text"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(logf);
+            .args(["--log-format", "text"]);
+        args(&mut c);
+        c.stdout(Stdio::null()).stderr(logf);
         let child = c.spawn().map_err(|e| format!("starting reaplet: {e}"))?;
         Ok(Agent { child, status, log })
+    }
+
+    /// `reaplet run` against the in-process API server and `endpoint`, in `dir`.
+    fn spawn(
+        api: &ApiServer,
+        endpoint: &str,
+        cgroup_root: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> R<Agent> {
+        let kc = api.write_kubeconfig(dir, NODE);
+        Agent::run(dir.join("reaplet.log"), |c| {
+            c.arg("--kubeconfig")
+                .arg(&kc)
+                .args(["--hostname-override", NODE])
+                .args(["--container-runtime-endpoint", endpoint])
+                .args(["--cgroup-root", cgroup_root])
+                .arg("--root-dir")
+                .arg(dir.join("kubelet"))
+                .args(extra);
+        })
     }
 
     fn pid(&self) -> u32 {
@@ -611,6 +622,15 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
     }
     if want("taints") {
         taints::taints(&[1000, 10_000], 20);
+    }
+    // the side-by-side scenarios alone: kubelet:one, kubelet:burst, kubelet:exit, ...
+    let parts: Vec<&str> = modes
+        .iter()
+        .filter_map(|m| m.strip_prefix("kubelet:"))
+        .filter(|m| side_by_side::SCENARIOS.contains(m))
+        .collect();
+    if want("kubelet") || !parts.is_empty() {
+        side_by_side::kubelet(if want("kubelet") { &[] } else { &parts }).await?;
     }
     Ok(())
 }
