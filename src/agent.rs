@@ -365,6 +365,13 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     };
     if let Some(kc) = cfg.kube.clone() {
         let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
+        // one view of the API server's reachability for every caller, and its prober
+        let health = api::health::ApiHealth::new();
+        tracker.spawn(api::health::probe(
+            health.clone(),
+            client.clone(),
+            cancel.clone(),
+        ));
         shutdown.node = Some(Arc::new(crate::shutdown::node::NodeReady::new(
             client.clone(),
             &cfg.node_name,
@@ -373,6 +380,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             client.clone(),
             Arc::new(RateLimiter::new(cfg.api_qps, cfg.api_burst)),
             cfg.status_resync,
+            health.clone(),
             Some(metrics.clone()),
         );
         workers.set_status_sink(Arc::new(status.clone()));
@@ -394,6 +402,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             tracker.spawn(standby::run(
                 scfg,
                 client.clone(),
+                health.clone(),
                 first,
                 authority.clone(),
                 events.clone(),
@@ -408,6 +417,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             events_rx,
             node_events_rx,
             RateLimiter::new(cfg.event_qps, cfg.event_burst),
+            health.clone(),
             cancel.clone(),
         ));
         let feed = if cfg.eviction.any() {
@@ -422,6 +432,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                     authority: authority.clone(),
                     config: cfg.eviction.clone(),
                     view: evictions.clone(),
+                    health: health.clone(),
                 },
                 pods_rx,
                 cancel.clone(),
@@ -437,6 +448,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             Some(status),
             feed,
             cfg.credentials_grace,
+            health,
             cancel.clone(),
         )));
     } else {

@@ -29,6 +29,7 @@
 pub mod agent;
 pub mod api;
 pub mod authority;
+pub mod backoff;
 pub mod cgroups;
 pub mod check;
 pub mod config;

@@ -1,5 +1,6 @@
-//! A sick API server (issue 15 §1): answers of 500 and 429, connections closed unanswered,
-//! requests that hang. reaplet backs off like client-go's reflector (800 ms doubling to 30 s,
+//! A sick API server (issue 15 §1): answers of 500 and 429, requests that hang (a minute of
+//! connections closed unanswered is in `tests/api_outage.rs`, on the real server behind a TCP
+//! proxy). reaplet backs off like client-go's reflector (800 ms doubling to 30 s,
 //! reset only after a list and a stable watch), honours `Retry-After`, bounds every request,
 //! and one hung request never holds back another pod's termination. Privileged: a real
 //! containerd from the test bed, the in-process API server with its fault layer.
@@ -13,7 +14,6 @@ mod common;
 use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, Recorded};
-use common::*;
 use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
 use std::time::{Duration, Instant};
 
@@ -113,36 +113,6 @@ async fn lists_answered_500_for_a_minute_are_tried_at_most_ten_times_then_everyt
     );
     // converges: the next attempt comes within the backoff cap, lists, and watches
     converges(h, 0, "the 500s ended").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_closed_unanswered_for_a_minute_cost_at_most_ten_attempts() {
-    let mut h = ApiHarness::new("sick-closed").await;
-    pod(&h, "web", 2).await;
-    // the pod watch alone is counted: a closed connection cannot say which request it carried,
-    // so the standby Lease poll (which backs off the same way, to 30 s) is left out (primary)
-    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
-    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
-    cfg.authority = reaplet::standby::AuthoritySetting::Primary;
-    let cancel = h.cancel.clone();
-    h.agent = Some(tokio::spawn(async move {
-        reaplet::agent::run(cfg, cancel).await.unwrap();
-    }));
-    h.wait_watching(0).await;
-    let before = reaplets(&h.api).len();
-    let t0 = Instant::now();
-    // cuts the open watch, then closes every new connection unanswered for the window
-    h.api.close_connections_for(WINDOW);
-    tokio::time::sleep_until((t0 + WINDOW).into()).await;
-    let attempts = h.api.connections_closed();
-    println!("connection attempts during {WINDOW:?} of closed connections: {attempts}");
-    assert!(
-        (1..=10).contains(&attempts),
-        "{attempts} attempts in {WINDOW:?}"
-    );
-    assert_eq!(reaplets(&h.api).len(), before, "no request got through");
-    let seen = watches(&h.api.requests());
-    converges(h, seen, "the window").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,7 +226,7 @@ async fn credentials_refused_past_the_grace_stop_the_agent_for_a_restart() {
     cfg.credentials_grace = grace;
     let t0 = Instant::now();
     // the grace, then at most one watch backoff step until the next refused attempt
-    let limit = grace + reaplet::api::source::WatchBackoff::MAX + SLACK;
+    let limit = grace + reaplet::backoff::Policy::API.max + SLACK;
     let r = tokio::time::timeout(limit, reaplet::agent::run(cfg, h.cancel.clone()))
         .await
         .unwrap_or_else(|_| panic!("the agent kept retrying refused credentials for {limit:?}"));

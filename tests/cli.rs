@@ -287,12 +287,21 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     assert!(pods.contains("default/measured"), "{pods}");
     api.delete_pod("default", "measured", None);
     wait_pods_gone(&api, &["measured"], Duration::from_secs(30), String::new).await;
-    let (code, text) = reaplet::server::fetch(addr, "/metrics").await.unwrap();
-    assert_eq!(code, 200);
-    assert!(
-        text.contains("reaplet_termination_duration_seconds_count 1"),
-        "{text}"
-    );
+    // the object is gone when the server has deleted it; reaplet records the termination
+    // when it has read the DELETE's answer, a moment later (2 of 7 runs read it before)
+    let t0 = Instant::now();
+    let text = loop {
+        let (code, text) = reaplet::server::fetch(addr, "/metrics").await.unwrap();
+        assert_eq!(code, 200);
+        if text.contains("reaplet_termination_duration_seconds_count 1") {
+            break text;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no termination recorded 5 s after the pod was gone:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     for stage in ["kill", "volumes", "cgroup", "status", "delete"] {
         assert!(
             text.contains(&format!(
@@ -373,55 +382,6 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     );
     sigterm(second.id());
     assert!(second.wait().unwrap().success());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn systemd_notify_ready_only_after_the_first_pod_list_then_watchdog_pings() {
-    let (tb, api, root, kc) = api_bed("cli-notify").await;
-    let sock = root.path().join("notify.sock");
-    let rx = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
-    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    // the API is down for the first 3 s: no pod list, so no READY
-    api.refuse_connections_for(Duration::from_secs(3));
-    let api_back = Instant::now() + Duration::from_secs(3);
-    let mut child = agent(&tb, &kc, root.path())
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .env("NOTIFY_SOCKET", &sock)
-        .env("WATCHDOG_USEC", "2000000")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _guard = KillOnDrop(child.id());
-    let mut buf = [0u8; 512];
-    let mut ready_at = None;
-    let mut saw_status = false;
-    let mut watchdog_after_ready = false;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && !(ready_at.is_some() && watchdog_after_ready) {
-        let n = rx.recv(&mut buf).expect("a notification within 20 s");
-        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
-        saw_status |= msg.contains("STATUS=pods:");
-        if msg.contains("READY=1") {
-            ready_at = Some(Instant::now());
-        } else if ready_at.is_some() && msg.contains("WATCHDOG=1") {
-            watchdog_after_ready = true;
-        }
-    }
-    let ready_at = ready_at.expect("READY=1 was never sent");
-    assert!(
-        ready_at >= api_back,
-        "READY before the first pod list could have arrived"
-    );
-    assert!(watchdog_after_ready, "no watchdog ping after READY");
-    assert!(saw_status, "no STATUS= line");
-    sigterm(child.id());
-    let n = rx.recv(&mut buf).unwrap();
-    let mut msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
-    while !msgs.contains("STOPPING=1") {
-        let n = rx.recv(&mut buf).expect("STOPPING=1 on SIGTERM");
-        msgs = String::from_utf8_lossy(&buf[..n]).into_owned();
-    }
-    assert!(child.wait().unwrap().success());
 }
 
 /// An agent whose stderr is a closed pipe (every log line fails with EPIPE) keeps working,

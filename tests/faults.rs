@@ -584,7 +584,7 @@ async fn a_frozen_shim_holds_back_only_its_own_pod() {
     // runs out (at most the cap with its jitter), or the hung call returns as the shim thaws
     drop(thaw);
     let recovered = Instant::now();
-    let retry_max = reaplet::lifecycle::RETRY_MAX.as_secs_f64() * RETRY_JITTER;
+    let retry_max = reaplet::backoff::Policy::RUNTIME.max.as_secs_f64() * RETRY_JITTER;
     let recovered_bound = Duration::from_secs_f64(retry_max + STOP_FLOOR + API_FLOOR);
     wait_pods_gone(&api, &[victim_t.name.as_str()], recovered_bound, || {
         tail(&read_log(&log), 40)
@@ -676,14 +676,14 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
         }
         api.fail_for(storm, code);
         let names: Vec<String> = chunk.iter().map(|(t, _)| t.name.clone()).collect();
-        let cap = reaplet::api::source::WatchBackoff::MAX;
+        let cap = reaplet::backoff::Policy::API.max;
         let took = wait_gone(names, storm + cap + Duration::from_secs(20)).await;
         let reqs = api.requests();
         let failed: Vec<&Recorded> = reqs[before..].iter().filter(|r| r.status == code).collect();
         let writes_failed = failed.iter().filter(|r| r.method != "GET").count();
         storms.push((code, failed.len(), writes_failed, took.as_secs_f64()));
         // back within one backoff step of the storm's end: the watch, down since the outage,
-        // backs off as client-go's reflector does (up to WatchBackoff::MAX, no reset before a
+        // backs off as client-go's reflector does (up to Policy::API.max, no reset before a
         // stable list), then the deletions are seen and the pods (grace 3) end; 12 s of slack
         // for the grace, the status and delete requests' own backoff and a loaded machine
         assert!(

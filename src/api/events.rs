@@ -96,6 +96,7 @@ pub async fn run(
     mut rx: mpsc::Receiver<PodEvent>,
     mut node_rx: mpsc::Receiver<NodeEvent>,
     limiter: RateLimiter,
+    health: super::health::ApiHealth,
     cancel: CancellationToken,
 ) {
     loop {
@@ -107,10 +108,21 @@ pub async fn run(
             },
             Some(ev) = node_rx.recv() => ("default".to_string(), node_to_api(&ev, &node), ev.reason.as_str()),
         };
+        // best effort: a failed post is not retried; while the server is unreachable the
+        // event waits for it (the prober tries for everyone; the channel is bounded and its
+        // senders drop what does not fit, so a long outage keeps the oldest events)
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = health.reachable() => {}
+        }
         limiter.acquire().await;
         let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), &namespace);
-        if let Err(e) = super::bounded(api.create(&PostParams::default(), &event)).await {
-            tracing::debug!(err = %e, reason, "posting an event failed");
+        match super::bounded(api.create(&PostParams::default(), &event)).await {
+            Ok(_) => health.answered(),
+            Err(e) => {
+                health.failed(e.failure());
+                tracing::debug!(err = %e, reason, "posting an event failed");
+            }
         }
     }
 }

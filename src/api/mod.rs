@@ -16,9 +16,11 @@
 //!   the server's audit log and managedFields tell it from the kubelet acting as the same node.
 
 pub mod events;
+pub mod health;
 pub mod source;
 pub mod status_manager;
 
+use crate::backoff::Failure;
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -73,6 +75,42 @@ impl RequestError {
     /// The server's `retryAfterSeconds` (sent with 429 and some 5xx answers).
     pub fn retry_after(&self) -> Option<Duration> {
         self.api().and_then(retry_after)
+    }
+
+    /// What the failure tells a backoff: a timeout got no answer.
+    pub fn failure(&self) -> Failure {
+        match self {
+            RequestError::Api(e) => failure_of(e),
+            RequestError::Timeout(_) => Failure::NoAnswer,
+        }
+    }
+}
+
+/// What a failed list or watch tells the backoff: whether the server answered, and its
+/// `Retry-After`.
+pub fn watch_failure(e: &kube::runtime::watcher::Error) -> Failure {
+    match e {
+        kube::runtime::watcher::Error::InitialListFailed(e)
+        | kube::runtime::watcher::Error::WatchStartFailed(e)
+        | kube::runtime::watcher::Error::WatchFailed(e) => failure_of(e),
+        kube::runtime::watcher::Error::WatchError(s) => Failure::Answered {
+            retry_after: status_retry_after(s),
+        },
+        kube::runtime::watcher::Error::NoResourceVersion => Failure::Answered { retry_after: None },
+    }
+}
+
+/// Whether the server answered a failed request (an error code, a body reaplet could not
+/// read) or not (refused, reset, timed out, TLS or transport broken), and what it asked for.
+pub fn failure_of(e: &kube::Error) -> Failure {
+    match e {
+        kube::Error::Api(s) => Failure::Answered {
+            retry_after: status_retry_after(s),
+        },
+        kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_)
+        | kube::Error::LinesCodecMaxLineLengthExceeded => Failure::Answered { retry_after: None },
+        _ => Failure::NoAnswer,
     }
 }
 

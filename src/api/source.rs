@@ -13,7 +13,9 @@
 //! * a mirror pod (`kubernetes.io/config.mirror`) is the kubelet's: never fed to the workers,
 //!   so deleting one never stops its static pod (the kubelet recreates the mirror).
 
+use super::health::ApiHealth;
 use super::status_manager::StatusManager;
+use crate::backoff::{Backoff, Failure, Policy};
 use crate::cri::Runtime;
 use crate::eviction::{PodChange, PodFeed};
 use crate::grace;
@@ -73,80 +75,9 @@ fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
     }
 }
 
-/// The watch's retry delays, client-go's reflector's: 800 ms doubling to a 30 s cap, each
-/// drawn from the upper quarter below its step (jitter), never shorter than the server's
-/// `Retry-After`; back to the start only after a complete list and [`Self::STABLE`] without a
-/// failure since. Every failed attempt counts, whichever request failed (kube-runtime's own
-/// backoff restarts at every fresh list, so a server answering 500 was re-listed ~5 times a
-/// second).
-#[derive(Debug, Clone, Default)]
-pub struct WatchBackoff {
-    /// Failures since the last reset.
-    failures: u32,
-    /// When the last complete list arrived, if no failure came after it.
-    listed_at: Option<Instant>,
-    /// When the last attempt failed.
-    last_failure: Option<Instant>,
-}
-
-impl WatchBackoff {
-    pub const MIN: Duration = Duration::from_millis(800);
-    pub const MAX: Duration = Duration::from_secs(30);
-    /// How long a listed, watching source must stay up for the delays to start again from
-    /// [`Self::MIN`] (client-go's backoff manager: 2 min).
-    pub const STABLE: Duration = Duration::from_secs(120);
-    /// A `Retry-After` longer than this is taken as this (a server never asks for more than
-    /// seconds; a wrong one must not blind reaplet for hours).
-    pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-    /// A complete list arrived at `now`.
-    pub fn listed(&mut self, now: Instant) {
-        self.listed_at = Some(now);
-    }
-
-    /// An attempt failed at `now`: how long to wait before the next one. `jitter` in `[0, 1)`.
-    pub fn failed(&mut self, now: Instant, retry_after: Option<Duration>, jitter: f64) -> Duration {
-        // up for STABLE since a complete list, or (a watch that failed and resumed from its
-        // resourceVersion lists nothing) STABLE since the last failure: a failure alone, days
-        // after the one before, starts from MIN again
-        let stable = |t: Option<Instant>| {
-            t.is_some_and(|t| now.saturating_duration_since(t) >= Self::STABLE)
-        };
-        if stable(self.listed_at.take()) || stable(self.last_failure) {
-            self.failures = 0;
-        }
-        self.last_failure = Some(now);
-        let step = Self::MIN
-            .saturating_mul(1 << self.failures.min(16))
-            .min(Self::MAX);
-        self.failures = self.failures.saturating_add(1);
-        let delay = step.mul_f64(0.75 + 0.25 * jitter.clamp(0.0, 1.0));
-        delay.max(retry_after.unwrap_or_default().min(Self::MAX_RETRY_AFTER))
-    }
-}
-
 /// A pod LIST that has not completed in this long is abandoned and retried with backoff (a
 /// node's list is at most a few hundred pods: seconds, even on a loaded server).
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The server's `Retry-After`, if the failed request got one.
-fn watch_retry_after(e: &watcher::Error) -> Option<Duration> {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => super::retry_after(e),
-        watcher::Error::WatchError(s) => super::status_retry_after(s),
-        watcher::Error::NoResourceVersion => None,
-    }
-}
-
-/// Sleeps `d` unless cancelled first; false when cancelled.
-async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
-}
 
 /// How the source ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,13 +110,16 @@ pub async fn run<R: Runtime>(
     status: Option<StatusManager>,
     feed: Option<PodFeed>,
     credentials_grace: Duration,
+    health: ApiHealth,
     cancel: CancellationToken,
 ) -> SourceEnd {
     // since when every attempt has been answered 401
     let mut rejected_since: Option<Instant> = None;
     let api: kube::Api<Pod> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut backoff = WatchBackoff::default();
+    let mut backoff = Backoff::new(Policy::API);
+    // the last attempt failed: the next good event resets the backoff
+    let mut failing = false;
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
     let mut raw: Vec<Arc<Pod>> = Vec::new();
@@ -200,9 +134,11 @@ pub async fn run<R: Runtime>(
             let ev = tokio::select! {
                 _ = cancel.cancelled() => return SourceEnd::Cancelled,
                 _ = sleep_until_some(list_deadline) => {
-                    let delay = backoff.failed(Instant::now(), None, rand::random());
-                    tracing::warn!(timeout = ?LIST_TIMEOUT, retryIn = ?delay, "pod list got no answer in time; backing off");
-                    if !pause(delay, &cancel).await {
+                    let f = Failure::NoAnswer;
+                    let delay = backoff.failed(f, rand::random());
+                    tracing::warn!(timeout = ?LIST_TIMEOUT, "pod list got no answer in time; retrying once the API server answers");
+                    failing = true;
+                    if !health.wait_to_retry(f, delay, &cancel).await {
                         return SourceEnd::Cancelled;
                     }
                     continue 'restart;
@@ -212,6 +148,18 @@ pub async fn run<R: Runtime>(
             let Some(ev) = ev else {
                 return SourceEnd::Cancelled;
             };
+            // Init comes before its list is even sent: only what the server sent counts
+            if ev
+                .as_ref()
+                .is_ok_and(|e| !matches!(e, watcher::Event::Init))
+            {
+                health.answered();
+                if std::mem::take(&mut failing) {
+                    // listing or watching again: the next failure starts from the bottom
+                    backoff.succeeded();
+                    tracing::info!("pod list and watch working again");
+                }
+            }
             match ev {
                 Ok(watcher::Event::Init) => {
                     batch.clear();
@@ -227,7 +175,6 @@ pub async fn run<R: Runtime>(
                 Ok(watcher::Event::InitDone) => {
                     list_deadline = None;
                     rejected_since = None;
-                    backoff.listed(Instant::now());
                     let now: HashSet<PodUid> = batch.iter().map(|(p, _)| p.uid.clone()).collect();
                     for uid in known.difference(&now) {
                         tracing::info!(podUID = %uid, "pod object gone while not watching");
@@ -296,10 +243,15 @@ pub async fn run<R: Runtime>(
                     } else {
                         rejected_since = None;
                     }
-                    let delay =
-                        backoff.failed(Instant::now(), watch_retry_after(&e), rand::random());
-                    tracing::warn!(err = %e, retryIn = ?delay, "pod list or watch failed; backing off");
-                    if !pause(delay, &cancel).await {
+                    let f = super::watch_failure(&e);
+                    let delay = backoff.failed(f, rand::random());
+                    // one line per outage or storm, not per retry
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(err = %e, retryIn = ?delay, "pod list or watch failed; backing off");
+                    } else {
+                        tracing::debug!(err = %e, retryIn = ?delay, "pod list or watch failed again");
+                    }
+                    if !health.wait_to_retry(f, delay, &cancel).await {
                         return SourceEnd::Cancelled;
                     }
                 }
@@ -320,69 +272,34 @@ async fn sleep_until_some(at: Option<Instant>) {
 mod tests {
     use super::*;
 
+    /// 60 s of lists answered with 500, each failing at once: how many attempts the backoff
+    /// allows (client-go's reflector: 800 ms doubling to 30 s).
     #[test]
-    fn watch_backoff_doubles_from_800ms_to_30s_and_resets_only_after_a_stable_list() {
-        let t0 = Instant::now();
-        let mut b = WatchBackoff::default();
-        let full: Vec<Duration> = (0..8).map(|_| b.failed(t0, None, 1.0)).collect();
-        let secs: Vec<f64> = full.iter().map(Duration::as_secs_f64).collect();
-        assert_eq!(secs, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]);
-        // jitter only shortens, by at most a quarter
-        let mut b = WatchBackoff::default();
-        assert_eq!(b.failed(t0, None, 0.0), Duration::from_millis(600));
-        // a fresh list alone does not reset (kube-runtime's did, at every re-list)
-        let mut b = WatchBackoff::default();
-        for _ in 0..5 {
-            b.failed(t0, None, 1.0);
-        }
-        b.listed(t0);
-        assert_eq!(
-            b.failed(t0 + Duration::from_secs(1), None, 1.0),
-            Duration::from_secs_f64(25.6)
-        );
-        // a failure STABLE after the one before does too (a watch resumed without a list)
-        let mut c = WatchBackoff::default();
-        for _ in 0..5 {
-            c.failed(t0, None, 1.0);
-        }
-        assert_eq!(
-            c.failed(t0 + WatchBackoff::STABLE, None, 1.0),
-            WatchBackoff::MIN
-        );
-        // a list followed by STABLE without a failure does
-        b.listed(t0);
-        assert_eq!(
-            b.failed(t0 + WatchBackoff::STABLE, None, 1.0),
-            WatchBackoff::MIN
-        );
-    }
-
-    #[test]
-    fn watch_backoff_honours_retry_after_within_a_bound() {
-        let t0 = Instant::now();
-        let mut b = WatchBackoff::default();
-        assert_eq!(
-            b.failed(t0, Some(Duration::from_secs(5)), 0.5),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            b.failed(t0, Some(Duration::from_secs(3600)), 0.5),
-            WatchBackoff::MAX_RETRY_AFTER
-        );
-    }
-
-    /// 60 s of failing lists, each failing at once: how many attempts the backoff allows.
-    #[test]
-    fn sixty_seconds_of_failures_cost_at_most_ten_lists() {
+    fn sixty_seconds_of_answered_failures_cost_at_most_ten_lists() {
         for jitter in [0.0, 0.5, 0.999] {
-            let t0 = Instant::now();
-            let mut b = WatchBackoff::default();
+            let mut b = Backoff::new(Policy::API);
             let (mut at, mut lists) = (Duration::ZERO, 0);
             while at < Duration::from_secs(60) {
                 lists += 1;
-                at += b.failed(t0 + at, None, jitter);
+                at += b.failed(Failure::Answered { retry_after: None }, jitter);
             }
             assert!(lists <= 10, "{lists} lists with jitter {jitter}");
         }
+    }
+
+    #[test]
+    fn a_refused_or_reset_list_got_no_answer_and_a_500_did() {
+        let refused = kube::Error::Service("connection refused".into());
+        assert_eq!(
+            super::super::watch_failure(&watcher::Error::InitialListFailed(refused)),
+            Failure::NoAnswer
+        );
+        let st = kube::core::Status::failure("boom", "InternalError").with_code(500);
+        assert_eq!(
+            super::super::watch_failure(&watcher::Error::WatchStartFailed(kube::Error::Api(
+                Box::new(st)
+            ))),
+            Failure::Answered { retry_after: None }
+        );
     }
 }

@@ -23,10 +23,15 @@
 //!   one per pod at a time, so one pod's requests stay in order: status, then delete; up to
 //!   [`SYNC_CONCURRENCY`] at once), so a slow or hung request holds back only its own pod;
 //!   every request is bounded by [`super::REQUEST_TIMEOUT`];
-//! * a failed sync is retried with backoff, never sooner than the server's `Retry-After`.
+//! * a failed sync is retried with the agent's one backoff ([`crate::backoff`]): an answered
+//!   failure exponentially, never sooner than the server's `Retry-After`; one without an
+//!   answer as soon as the API server is reachable again ([`super::health`]), and no sync
+//!   starts while it is not (every waiting pod starts at once when it is back).
 
+use super::health::ApiHealth;
 use super::{RateLimiter, RequestError, bounded, precondition_failed, uid_mismatch};
-use crate::lifecycle::{KillReason, backoff};
+use crate::backoff::{Backoff, Failure, Policy};
+use crate::lifecycle::KillReason;
 use crate::pod::{PodInfo, PodUid};
 use crate::status::{self, ContainerFinal, TerminalStatus};
 use crate::workers::StatusSink;
@@ -81,7 +86,7 @@ struct Entry {
     finished: bool,
     /// Delete sent and accepted (or found done).
     deleted: bool,
-    failures: u32,
+    backoff: Backoff,
     retry_at: Option<Instant>,
     /// A sync task is working on this pod.
     syncing: bool,
@@ -98,7 +103,7 @@ impl Entry {
             pending: None,
             finished: false,
             deleted: false,
-            failures: 0,
+            backoff: Backoff::new(Policy::API),
             retry_at: None,
             syncing: false,
         }
@@ -119,6 +124,7 @@ struct Inner {
     client: kube::Client,
     limiter: Arc<RateLimiter>,
     resync: Duration,
+    health: ApiHealth,
     entries: Mutex<HashMap<PodUid, Entry>>,
     gone: Mutex<Gone>,
     notify: Notify,
@@ -142,13 +148,14 @@ enum Body {
 enum Outcome {
     Nothing,
     Done,
-    /// Try again after the backoff, and not before the server's `Retry-After`, if it sent one.
-    Retry(Option<Duration>),
+    /// Try again: after the backoff (and not before the server's `Retry-After`) when the
+    /// server answered, once it is reachable when it did not.
+    Retry(Failure),
 }
 
 impl Outcome {
     fn retry(e: &RequestError) -> Outcome {
-        Outcome::Retry(e.retry_after())
+        Outcome::Retry(e.failure())
     }
 }
 
@@ -158,6 +165,7 @@ impl StatusManager {
         client: kube::Client,
         limiter: Arc<RateLimiter>,
         resync: Duration,
+        health: ApiHealth,
         metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> Self {
         Self {
@@ -166,11 +174,21 @@ impl StatusManager {
                 client,
                 limiter,
                 resync,
+                health,
                 entries: Mutex::default(),
                 gone: Mutex::default(),
                 notify: Notify::new(),
             }),
         }
+    }
+
+    /// Reports a request's result to the agent's view of the API server.
+    fn seen<T>(&self, r: Result<T, RequestError>) -> Result<T, RequestError> {
+        match &r {
+            Ok(_) => self.inner.health.answered(),
+            Err(e) => self.inner.health.failed(e.failure()),
+        }
+        r
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<PodUid, Entry>> {
@@ -215,11 +233,14 @@ impl StatusManager {
     pub async fn run(self, cancel: CancellationToken) {
         let mut tasks = tokio::task::JoinSet::new();
         let slots = Arc::new(Semaphore::new(SYNC_CONCURRENCY));
+        let mut reach = self.inner.health.subscribe();
         loop {
             let wake = self.start_due(&mut tasks, &slots);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = self.inner.notify.notified() => {}
+                // back: every pod waiting for it starts now
+                Ok(()) = reach.changed() => {}
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
@@ -231,6 +252,10 @@ impl StatusManager {
     fn start_due(&self, tasks: &mut tokio::task::JoinSet<()>, slots: &Arc<Semaphore>) -> Instant {
         let now = Instant::now();
         let mut wake = now + self.inner.resync;
+        if !self.inner.health.is_reachable() {
+            // the prober tries for everyone; a change of reachability wakes the loop
+            return wake;
+        }
         let mut due = Vec::new();
         for (uid, e) in self.entries().iter_mut() {
             if e.syncing || (e.pending.is_none() && !e.wants_delete()) {
@@ -263,13 +288,16 @@ impl StatusManager {
         if let Some(e) = entries.get_mut(uid) {
             e.syncing = false;
             match outcome {
-                Outcome::Retry(retry_after) => {
-                    e.failures += 1;
-                    let wait = backoff(e.failures).max(retry_after.unwrap_or_default());
-                    e.retry_at = Some(Instant::now() + wait);
+                Outcome::Retry(f) => {
+                    let wait = e.backoff.failed(f, rand::random());
+                    e.retry_at = match f {
+                        // due as soon as the server is reachable (start_due waits for that)
+                        Failure::NoAnswer => None,
+                        Failure::Answered { .. } => Some(Instant::now() + wait),
+                    };
                 }
                 Outcome::Done | Outcome::Nothing => {
-                    e.failures = 0;
+                    e.backoff.succeeded();
                     e.retry_at = None;
                 }
             }
@@ -301,7 +329,7 @@ impl StatusManager {
             return Body::Send(status::status_patch(uid.as_str(), st, &now), false);
         }
         self.inner.limiter.acquire().await;
-        let pod = match bounded(api.get(name)).await {
+        let pod = match self.seen(bounded(api.get(name)).await) {
             Ok(pod) if pod.metadata.uid.as_deref() == Some(uid.as_str()) => pod,
             Ok(_) => {
                 tracing::info!("pod recreated under its name; dropping its status");
@@ -364,12 +392,14 @@ impl StatusManager {
                         Body::Stop(outcome) => return outcome,
                     };
                     self.inner.limiter.acquire().await;
-                    let r = bounded(api.patch_status(
-                        &entry.name,
-                        &PatchParams::default(),
-                        &Patch::Strategic(body),
-                    ))
-                    .await;
+                    let r = self.seen(
+                        bounded(api.patch_status(
+                            &entry.name,
+                            &PatchParams::default(),
+                            &Patch::Strategic(body),
+                        ))
+                        .await,
+                    );
                     match r {
                         // the object changed since it was read: read it again
                         Err(err) if guarded && err.code() == Some(409) && conflicts < 3 => {
@@ -434,7 +464,7 @@ impl StatusManager {
             ..DeleteParams::default()
         };
         let t = Instant::now();
-        let r = bounded(api.delete(&entry.name, &dp)).await;
+        let r = self.seen(bounded(api.delete(&entry.name, &dp)).await);
         if r.is_ok()
             && let Some(m) = &self.inner.metrics
         {

@@ -19,6 +19,7 @@ use super::affinity::{self, NodeFacts, Settling};
 use super::taints::{Action, PodFacts, TaintAt, TaintManager};
 use super::{EvictionConfig, PendingEviction, PodChange};
 use crate::authority::Authority;
+use crate::backoff::{Backoff, Failure, Policy};
 use crate::cri::Runtime;
 use crate::events::{EventReason, EventSink, PodEvent};
 use crate::lifecycle::{EvictionSource, KillReason};
@@ -27,8 +28,7 @@ use crate::pod::PodUid;
 use crate::workers::{KillRequest, PodWorkers};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::{WatchStreamExt, watcher};
-use rand::Rng;
+use kube::runtime::watcher;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,10 +39,14 @@ use tokio_util::sync::CancellationToken;
 
 /// A retry's detail while the agent is not active.
 const STANDBY: &str = "not active (standby)";
-const BLOCKED_BASE: Duration = Duration::from_secs(5);
-const BLOCKED_MAX: Duration = Duration::from_secs(300);
-const FAILED_BASE: Duration = Duration::from_secs(1);
-const FAILED_MAX: Duration = Duration::from_secs(30);
+const BLOCKED: Policy = Policy {
+    min: Duration::from_secs(5),
+    max: Duration::from_secs(300),
+};
+const FAILED: Policy = Policy {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(30),
+};
 
 /// What the runner needs.
 pub struct Context<R: Runtime> {
@@ -55,6 +59,8 @@ pub struct Context<R: Runtime> {
     pub config: EvictionConfig,
     /// Published for `reaplet pods`.
     pub view: Arc<Mutex<Vec<PendingEviction>>>,
+    /// The agent's view of the API server: the node watch and the attempts wait for it.
+    pub health: crate::api::health::ApiHealth,
 }
 
 /// A retry after a refusal or a failure.
@@ -152,12 +158,21 @@ fn live(pod: &Pod) -> bool {
         )
 }
 
-fn backoff(base: Duration, max: Duration, failures: u32) -> Duration {
-    let d = base
-        .saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(max);
-    // jitter: up to a fifth more
-    d + Duration::from_millis(rand::rng().random_range(0..=d.as_millis() as u64 / 5))
+/// When the node watch is polled again after a failure.
+#[derive(Debug, Clone, Copy)]
+enum WatchPause {
+    /// The server answered with an error: after the backoff.
+    Until(Instant),
+    /// No answer: once the server is reachable again.
+    Reachable,
+}
+
+async fn resume(pause: Option<WatchPause>, health: &crate::api::health::ApiHealth) {
+    match pause {
+        Some(WatchPause::Until(t)) => tokio::time::sleep_until(t).await,
+        Some(WatchPause::Reachable) => health.reachable().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs until cancelled.
@@ -173,7 +188,10 @@ pub async fn run<R: Runtime>(
         .map_or(super::DEFAULT_SETTLE, |a| a.settle);
     let nodes: kube::Api<Node> = kube::Api::all(cx.client.clone());
     let wc = watcher::Config::default().fields(&format!("metadata.name={}", cx.node));
-    let stream = watcher(nodes, wc).default_backoff();
+    // paced here, by the agent's one backoff and its view of the server, not by kube-runtime
+    let stream = watcher(nodes, wc);
+    let mut watch_backoff = Backoff::new(Policy::API);
+    let mut pause: Option<WatchPause> = None;
     let mut stream = std::pin::pin!(stream);
     let mut r = Runner {
         cx,
@@ -196,24 +214,41 @@ pub async fn run<R: Runtime>(
     let mut watch_failing = false;
     loop {
         r.publish();
-        let next = r.next_deadline();
+        // no attempt while the server is unreachable: they start when it is back
+        let down = !r.cx.health.is_reachable();
+        let next = if down { None } else { r.next_deadline() };
         tokio::select! {
             _ = cancel.cancelled() => return,
-            ev = stream.next() => match ev {
+            _ = r.cx.health.reachable(), if down => {}
+            _ = resume(pause, &r.cx.health), if pause.is_some() => pause = None,
+            ev = stream.next(), if pause.is_none() => match ev {
                 Some(Ok(watcher::Event::Init)) => listed_node = false,
                 Some(Ok(watcher::Event::InitDone)) => {
-                    watch_failing = false;
+                    if std::mem::take(&mut watch_failing) {
+                        watch_backoff.succeeded();
+                    }
+                    r.cx.health.answered();
                     if !listed_node {
                         r.node_gone();
                     }
                 }
                 Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
-                    watch_failing = false;
+                    if std::mem::take(&mut watch_failing) {
+                        watch_backoff.succeeded();
+                    }
+                    r.cx.health.answered();
                     listed_node = true;
                     r.node_changed(&n);
                 }
                 Some(Ok(watcher::Event::Delete(_))) => r.node_gone(),
                 Some(Err(e)) => {
+                    let f = crate::api::watch_failure(&e);
+                    r.cx.health.failed(f);
+                    let delay = watch_backoff.failed(f, rand::random());
+                    pause = Some(match f {
+                        Failure::NoAnswer => WatchPause::Reachable,
+                        Failure::Answered { .. } => WatchPause::Until(Instant::now() + delay),
+                    });
                     if !watch_failing {
                         tracing::warn!(err = %e, "node watch failed; retrying with backoff");
                         watch_failing = true;
@@ -588,8 +623,8 @@ impl<R: Runtime> Runner<R> {
                 }
                 let after = if after.is_zero() {
                     match outcome {
-                        "blocked" => backoff(BLOCKED_BASE, BLOCKED_MAX, failures),
-                        _ => backoff(FAILED_BASE, FAILED_MAX, failures),
+                        "blocked" => BLOCKED.jittered(failures, rand::random()),
+                        _ => FAILED.jittered(failures, rand::random()),
                     }
                 } else {
                     after

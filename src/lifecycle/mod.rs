@@ -243,14 +243,11 @@ pub struct PodMachine {
     pub generation: u64,
 }
 
-/// First retry delay, and the cap (the kubelet waits 10 s between attempts; reaplet retries
-/// sooner, then backs off).
-pub const RETRY_BASE: Duration = Duration::from_secs(1);
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
-
+/// The retry delay after `failures` consecutive failures of a runtime step: the agent's one
+/// backoff ([`crate::backoff::Policy::RUNTIME`], 1 s doubling to 30 s; the kubelet waits 10 s
+/// between attempts, reaplet retries sooner, then backs off). At least the first step.
 pub fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX)
+    crate::backoff::Policy::RUNTIME.step(failures.max(1))
 }
 
 impl PodMachine {

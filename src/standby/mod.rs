@@ -506,10 +506,14 @@ pub const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// change of role (one line and one Node event each) and publishes every decision on `state`.
 /// Returns at once in primary mode (`--authority=primary` or no API: primary for the life of
 /// the process). A Lease read that fails backs off (the poll doubling to
-/// [`LEASE_BACKOFF_MAX`]); the endpoint is probed every poll.
+/// [`LEASE_BACKOFF_MAX`]) when the server answered it, and waits for the server when it did
+/// not (`api_health`: the agent's prober tries it for everyone); the endpoint is probed every
+/// poll.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     cfg: StandbyConfig,
     client: kube::Client,
+    api_health: crate::api::health::ApiHealth,
     first: Decision,
     authority: Arc<Authority>,
     events: EventSink,
@@ -530,9 +534,14 @@ pub async fn run(
     let mut last = first;
     // the Lease is read every poll while the API server answers; a failed read backs off
     // (the poll doubling to 30 s), so a sick server is not polled every few seconds
-    let (mut lease_due, mut lease_failures) = (start, 0u32);
+    let mut lease_due = start;
+    let mut backoff = crate::backoff::Backoff::new(crate::backoff::Policy {
+        min: cfg.poll,
+        max: LEASE_BACKOFF_MAX,
+    });
+    let mut lease_failing = false;
     loop {
-        let read = Instant::now() >= lease_due;
+        let read = Instant::now() >= lease_due && api_health.is_reachable();
         let (lease, health) = tokio::join!(
             async {
                 match read {
@@ -542,22 +551,27 @@ pub async fn run(
             },
             probe(&cfg.healthz_url, cfg.probe_timeout)
         );
+        // the first failure of a run of them is logged at warn, the rest at debug
+        let mut first_failure = false;
         match &lease {
             Some(Ok(_)) => {
-                lease_failures = 0;
+                api_health.answered();
+                backoff.succeeded();
+                lease_failing = false;
                 lease_due = Instant::now() + cfg.poll;
             }
-            Some(Err(_)) => {
-                lease_failures = lease_failures.saturating_add(1);
-                // while active, every poll: a renewal seen late is time both agents act
-                let wait = if active_since.is_some() {
-                    cfg.poll
-                } else {
-                    cfg.poll
-                        .saturating_mul(1 << lease_failures.min(8))
-                        .min(LEASE_BACKOFF_MAX)
+            Some(Err(e)) => {
+                first_failure = !std::mem::replace(&mut lease_failing, true);
+                let f = e.failure();
+                api_health.failed(f);
+                let wait = backoff.failed(f, rand::random());
+                lease_due = match f {
+                    // read again as soon as the server is back (the read waits for that)
+                    crate::backoff::Failure::NoAnswer => Instant::now(),
+                    // while active, every poll: a renewal seen late is time both agents act
+                    _ if active_since.is_some() => Instant::now() + cfg.poll,
+                    _ => Instant::now() + wait,
                 };
-                lease_due = Instant::now() + wait;
             }
             None => {}
         }
@@ -575,7 +589,7 @@ pub async fn run(
                 }
                 looked = true;
             }
-            Some(Err(e)) if lease_failures == 1 => {
+            Some(Err(e)) if first_failure => {
                 tracing::warn!(err = %e, "node Lease unreadable; no takeover on the kubelet's health alone")
             }
             Some(Err(e)) => tracing::debug!(err = %e, "node Lease still unreadable"),
@@ -625,9 +639,12 @@ pub async fn run(
             last = d;
             state.send_replace(d);
         }
+        let down = !api_health.is_reachable();
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(cfg.poll) => {}
+            // back after an outage: read the Lease now
+            _ = api_health.reachable(), if down => {}
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::common::{KillOnDrop, reaplet, repo};
 use reaplet::cri::{CriClient, Runtime};
 use reaplet::testbed::Testbed;
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const NODE: &str = "kube-node";
@@ -40,6 +40,16 @@ pub fn pod(name: &str, grace: i64, script: &str) -> Value {
             }],
         },
     })
+}
+
+/// When the server received `a`, in wall-clock ns (comparable with [`reaplet::wall_ns`] and
+/// the runtime's timestamps).
+pub fn received_ns(a: &Audit) -> i64 {
+    let t: jiff::Timestamp = a
+        .received
+        .parse()
+        .unwrap_or_else(|e| panic!("requestReceivedTimestamp {:?}: {e}", a.received));
+    t.as_nanosecond() as i64
 }
 
 pub fn uid(pod: &Value) -> String {
@@ -143,18 +153,31 @@ impl KubeNode {
     /// Starts reaplet as a process for this node, with `extra` flags (e.g. `--authority
     /// primary`), reading the kubelet's config file like a packaged install does.
     pub fn start_reaplet(&mut self, extra: &[&str]) {
+        let kc = self.cluster.node_kubeconfig(NODE);
+        self.start_reaplet_via(&kc, extra);
+    }
+
+    /// [`Self::start_reaplet`] with `kubeconfig` instead of the node's own, e.g. one naming a
+    /// proxy in front of the API server (`cluster.node_kubeconfig_for(NODE, &proxy.url())`).
+    pub fn start_reaplet_via(&mut self, kubeconfig: &Path, extra: &[&str]) {
+        let cmd = self.reaplet_command(kubeconfig, extra);
+        self.spawn_reaplet(cmd);
+    }
+
+    /// The command [`Self::start_reaplet_via`] runs (its log appended to `reaplet_log`), for a
+    /// test to add to (an environment variable, say) before [`Self::spawn_reaplet`].
+    pub fn reaplet_command(&self, kubeconfig: &Path, extra: &[&str]) -> std::process::Command {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.reaplet_log)
             .unwrap();
-        let kc = self.cluster.node_kubeconfig(NODE);
-        let child = reaplet()
-            .arg("run")
+        let mut c = reaplet();
+        c.arg("run")
             .arg("--kubelet-config")
             .arg(&self.kubelet.config_file)
             .arg("--kubeconfig")
-            .arg(&kc)
+            .arg(kubeconfig)
             .args(["--hostname-override", NODE])
             .arg("--root-dir")
             .arg(&self.kubelet.root_dir)
@@ -163,9 +186,13 @@ impl KubeNode {
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("spawn reaplet");
+            .stderr(out);
+        c
+    }
+
+    /// Spawns `cmd` (from [`Self::reaplet_command`]) as this node's reaplet.
+    pub fn spawn_reaplet(&mut self, mut cmd: std::process::Command) {
+        let child = cmd.spawn().expect("spawn reaplet");
         let pid = child.id();
         self.reaplet = Some((child, KillOnDrop(pid)));
     }
@@ -217,6 +244,46 @@ impl KubeNode {
             .into_iter()
             .filter(|a| a.user_agent.starts_with(prefix))
             .collect()
+    }
+
+    /// Every request of reaplet's the server audited (reads too: a watch as it starts and
+    /// again as it ends), in the order they completed.
+    pub fn reaplet_requests(&self) -> Vec<Audit> {
+        let user = format!("system:node:{NODE}");
+        self.cluster
+            .audit()
+            .into_iter()
+            .filter(|a| a.user == user && a.user_agent.starts_with("reaplet/"))
+            .collect()
+    }
+
+    /// Waits until the server received a request of reaplet's matching `what` at or after
+    /// `since` (wall-clock ns, [`reaplet::wall_ns`]), within `limit`; returns the first such
+    /// request and how long after `since` it arrived.
+    pub async fn wait_reaplet_request(
+        &self,
+        since: i64,
+        what: impl Fn(&Audit) -> bool,
+        limit: Duration,
+    ) -> (Audit, Duration) {
+        let t0 = Instant::now();
+        loop {
+            let first = self
+                .reaplet_requests()
+                .into_iter()
+                .filter(|a| received_ns(a) >= since && what(a))
+                .min_by_key(received_ns);
+            if let Some(a) = first {
+                let after = Duration::from_nanos((received_ns(&a) - since) as u64);
+                return (a, after);
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "no request of reaplet's as asked within {limit:?}\nreaplet:\n{}",
+                self.reaplet_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Writes to pod `name` (status, delete, eviction) by `who` ("reaplet/" or "kubelet/").

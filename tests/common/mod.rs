@@ -263,9 +263,12 @@ pub fn spawn_reaplet(
         .append(true)
         .open(log)
         .expect("reaplet log");
-    reaplet_run(tb, root_dir)
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .args(extra)
+    let mut c = reaplet_run(tb, root_dir);
+    // a free port unless the caller names one (it reads the metrics)
+    if !extra.contains(&"--metrics-bind-address") {
+        c.args(["--metrics-bind-address", "127.0.0.1:0"]);
+    }
+    c.args(extra)
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(out)
@@ -383,13 +386,18 @@ pub async fn status_manager(
     let kc = api.write_kubeconfig(dir, node);
     let client = kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap())
         .expect("a client");
+    // the agent's view of the API server, and its prober (which alone tries a server that
+    // stopped answering)
+    let health = reaplet::api::health::ApiHealth::new();
     let sm = reaplet::api::status_manager::StatusManager::new(
-        client,
+        client.clone(),
         Arc::new(reaplet::api::RateLimiter::new(50.0, 100)),
         Duration::from_millis(200),
+        health.clone(),
         None,
     );
     let cancel = CancellationToken::new();
+    tokio::spawn(reaplet::api::health::probe(health, client, cancel.clone()));
     tokio::spawn(sm.clone().run(cancel.clone()));
     (sm, cancel)
 }

@@ -1,0 +1,188 @@
+//! The one backoff of the agent: client-go's `wait.Backoff` / `flowcontrol.Backoff` (the
+//! reflector's 800 ms doubling to 30 s, the kubelet's pod-worker and runtime retries), built on
+//! the `backon` crate's exponential sequence (the one kube-runtime itself uses).
+//!
+//! Every retry loop of reaplet draws its delays from a [`Backoff`] (or, for a pure state
+//! machine that keeps its own failure count, from [`Policy::step`]); none computes its own.
+//!
+//! Invariants:
+//! * the n-th consecutive failure waits `min * 2^(n-1)`, never more than `max`, drawn from the
+//!   upper quarter below that step (jitter, so many callers failing together do not retry in
+//!   lock step);
+//! * a failure the server answered never waits less than its `Retry-After` (capped at
+//!   [`MAX_RETRY_AFTER`]: a wrong one must not blind reaplet for hours);
+//! * a failure without an HTTP answer (refused, reset, timed out) does not grow the delay:
+//!   the server is down or unreachable, not overloaded, and the agent-wide health
+//!   ([`crate::api::health`]) paces those retries at about one a second;
+//! * any success resets the sequence to `min`.
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use std::time::Duration;
+
+/// A `Retry-After` longer than this is taken as this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The retry delay after a failure without an answer, before jitter (see the module doc).
+pub const NO_ANSWER: Duration = Duration::from_secs(1);
+
+/// A backoff's shape: the first delay and the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl Policy {
+    /// API requests answered with an error (429, 5xx, ...): client-go's reflector and its
+    /// default rate limiter, 800 ms doubling to 30 s.
+    pub const API: Policy = Policy {
+        min: Duration::from_millis(800),
+        max: Duration::from_secs(30),
+    };
+
+    /// Runtime (CRI) steps of a pod worker, subscriptions, restarts: 1 s doubling to 30 s
+    /// (the kubelet waits 10 s between pod sync attempts; reaplet retries sooner, then backs
+    /// off).
+    pub const RUNTIME: Policy = Policy {
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(30),
+    };
+
+    /// The delay before the retry after `failures` consecutive failures (1 = the first
+    /// failure), without jitter; zero for none. Pure: for state machines that keep their own
+    /// count.
+    pub fn step(&self, failures: u32) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        // the sequence is min, 2min, 4min, ... capped at max: past 16 doublings it is max
+        let n = failures.min(17) as usize;
+        let d = ExponentialBuilder::new()
+            .with_min_delay(self.min)
+            .with_max_delay(self.max)
+            .with_factor(2.0)
+            .without_max_times()
+            .build()
+            .nth(n - 1)
+            .unwrap_or(self.max)
+            .min(self.max);
+        // backon multiplies in f32: 1.600000024 s is 1.6 s
+        let ms = (d.as_nanos() + 500_000) / 1_000_000;
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// [`Self::step`] drawn from the upper quarter below it; `jitter` in `[0, 1)`.
+    pub fn jittered(&self, failures: u32, jitter: f64) -> Duration {
+        self.step(failures)
+            .mul_f64(0.75 + 0.25 * jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// What a failed attempt tells the backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No HTTP answer: refused, reset, timed out, TLS broken.
+    NoAnswer,
+    /// The server answered with an error code, maybe asking for a delay.
+    Answered { retry_after: Option<Duration> },
+}
+
+/// Consecutive failures of one caller and the delays they earn (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    policy: Policy,
+    failures: u32,
+}
+
+impl Backoff {
+    pub const fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            failures: 0,
+        }
+    }
+
+    /// Consecutive answered failures since the last success.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// An attempt failed: how long to wait before the next. `jitter` in `[0, 1)`.
+    pub fn failed(&mut self, failure: Failure, jitter: f64) -> Duration {
+        let jitter = jitter.clamp(0.0, 1.0);
+        match failure {
+            Failure::NoAnswer => NO_ANSWER.mul_f64(0.75 + 0.5 * jitter),
+            Failure::Answered { retry_after } => {
+                self.failures = self.failures.saturating_add(1);
+                let delay = self.policy.jittered(self.failures, jitter);
+                delay.max(retry_after.unwrap_or_default().min(MAX_RETRY_AFTER))
+            }
+        }
+    }
+
+    /// An attempt succeeded: the next failure starts from `min` again.
+    pub fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_double_from_min_to_the_cap() {
+        let p = Policy::API;
+        let steps: Vec<u128> = (0..9).map(|n| p.step(n).as_millis()).collect();
+        assert_eq!(
+            steps,
+            [0, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
+        assert_eq!(p.step(u32::MAX), Duration::from_secs(30));
+        assert_eq!(Policy::RUNTIME.step(1), Duration::from_secs(1));
+        assert_eq!(Policy::RUNTIME.step(3), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn answered_failures_grow_with_jitter_and_reset_on_success() {
+        let mut b = Backoff::new(Policy::API);
+        let answered = Failure::Answered { retry_after: None };
+        assert_eq!(b.failed(answered, 0.0), Duration::from_millis(600));
+        assert_eq!(b.failed(answered, 1.0), Duration::from_millis(1600));
+        let third = b.failed(answered, 0.5);
+        assert!(third > Duration::from_millis(2400) && third < Duration::from_millis(3200));
+        for _ in 0..20 {
+            assert!(b.failed(answered, 1.0) <= Duration::from_secs(30));
+        }
+        b.succeeded();
+        assert_eq!(b.failed(answered, 1.0), Duration::from_millis(800));
+    }
+
+    #[test]
+    fn retry_after_is_honoured_within_a_bound() {
+        let mut b = Backoff::new(Policy::API);
+        let asked = |s| Failure::Answered {
+            retry_after: Some(Duration::from_secs(s)),
+        };
+        assert_eq!(b.failed(asked(5), 1.0), Duration::from_secs(5));
+        assert_eq!(b.failed(asked(3600), 1.0), MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn no_answer_stays_near_a_second_and_does_not_grow() {
+        let mut b = Backoff::new(Policy::API);
+        for i in 0..100 {
+            let d = b.failed(Failure::NoAnswer, f64::from(i) / 100.0);
+            assert!(
+                d >= Duration::from_millis(750) && d <= Duration::from_millis(1250),
+                "{d:?}"
+            );
+        }
+        assert_eq!(b.failures(), 0);
+        // and an answered failure after an outage starts from the bottom
+        assert_eq!(
+            b.failed(Failure::Answered { retry_after: None }, 1.0),
+            Duration::from_millis(800)
+        );
+    }
+}
