@@ -61,56 +61,99 @@ pub enum KillError {
 /// durable [`RecordFile`] (so a restart of reaplet continues, never restarts).
 #[derive(Debug, Default)]
 pub struct KillMemory {
-    record: Mutex<TerminationRecord>,
+    record: Mutex<Versioned>,
     file: Option<RecordFile>,
+    /// Held while a write runs: one write at a time, so an older snapshot never lands after a
+    /// newer one (an async lock: held across the blocking write, never a std lock).
+    writer: tokio::sync::Mutex<()>,
+}
+
+/// The record and how many changes it has had, and how many of them are written.
+#[derive(Debug, Default)]
+struct Versioned {
+    record: TerminationRecord,
+    version: u64,
+    written: u64,
 }
 
 impl KillMemory {
     /// Memory backed by `file`, starting from what it already records.
     pub fn durable(file: RecordFile) -> Self {
         Self {
-            record: Mutex::new(file.load()),
+            record: Mutex::new(Versioned {
+                record: file.load(),
+                ..Versioned::default()
+            }),
             file: Some(file),
+            writer: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, TerminationRecord> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Versioned> {
         self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Persists the record; a failure is logged and the kill goes on (the record can only
-    /// ever grant more time if lost).
-    fn persist(&self, r: &TerminationRecord) {
-        if let Some(f) = &self.file
-            && let Err(e) = f.save(r)
-        {
-            tracing::warn!(err = %e, "termination record not written");
+    /// Persists every change up to `version` (the caller's own) before returning, on a
+    /// blocking thread; writes that queued behind another are folded into it (the newest
+    /// snapshot is written, and a change already covered is not written again). A failure is
+    /// logged and the kill goes on (the record can only ever grant more time if lost).
+    async fn persist(&self, version: u64) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let _one_at_a_time = self.writer.lock().await;
+        let (snapshot, newest) = {
+            let v = self.lock();
+            if v.written >= version {
+                return; // a write that started after this change carried it
+            }
+            (v.record.clone(), v.version)
+        };
+        let file = file.clone();
+        let r = tokio::task::spawn_blocking(move || file.save(&snapshot)).await;
+        match r {
+            Ok(Ok(())) => self.lock().written = newest,
+            Ok(Err(e)) => tracing::warn!(err = %e, "termination record not written"),
+            Err(e) => tracing::warn!(err = %e, "termination record writer failed"),
         }
     }
 
     /// Marks the hook of `container_id` as started (durably, before it runs); false if it
     /// already was, in this life of reaplet or an earlier one.
-    fn claim_prestop(&self, container_id: &str) -> bool {
-        let mut r = self.lock();
-        let fresh = r.prestop.insert(container_id.to_owned());
-        if fresh {
-            self.persist(&r);
-        }
-        fresh
+    async fn claim_prestop(&self, container_id: &str) -> bool {
+        let version = {
+            let mut v = self.lock();
+            if !v.record.prestop.insert(container_id.to_owned()) {
+                return false;
+            }
+            v.version += 1;
+            v.version
+        };
+        self.persist(version).await;
+        true
     }
 
     /// By when (Unix ms) the stop of `container_id` SIGKILLs at the latest: the earlier of a
     /// recorded one and `proposed`, recorded before the stop is sent.
-    fn stop_deadline(&self, container_id: &str, proposed: i64) -> (i64, bool) {
-        let mut r = self.lock();
-        match r.stops.get(container_id).copied() {
-            Some(d) if d <= proposed => (d, true),
-            _ => {
-                r.stops.insert(container_id.to_owned(), proposed);
-                self.persist(&r);
-                (proposed, false)
+    async fn stop_deadline(&self, container_id: &str, proposed: i64) -> (i64, bool) {
+        let version = {
+            let mut v = self.lock();
+            match v.record.stops.get(container_id).copied() {
+                Some(d) if d <= proposed => return (d, true),
+                _ => {
+                    v.record.stops.insert(container_id.to_owned(), proposed);
+                    v.version += 1;
+                    v.version
+                }
             }
-        }
+        };
+        self.persist(version).await;
+        (proposed, false)
+    }
+
+    /// Whether a stop of `container_id` was already sent (in this life or an earlier one).
+    fn stop_sent(&self, container_id: &str) -> bool {
+        self.lock().record.stops.contains_key(container_id)
     }
 
     /// The pod is finished: its record goes.
@@ -323,11 +366,11 @@ async fn kill_container<R: Runtime>(
     // a retried kill counts down to its first attempt's deadline, whatever happened since
     let cap = pod.kill_deadline.map(|d| d.remaining_secs(Instant::now()));
     let mut g = cap.map_or(pod_grace, |cap| pod_grace.min(cap));
-    let resumed = memory.lock().stops.contains_key(&c.id);
+    let resumed = memory.stop_sent(&c.id);
     if let Some(handler) = &spec.pre_stop
         && g > 0
         && !resumed
-        && memory.claim_prestop(&c.id)
+        && memory.claim_prestop(&c.id).await
     {
         event(
             EventReason::Killing,
@@ -376,7 +419,7 @@ async fn kill_container<R: Runtime>(
     // the whole seconds left, so the SIGKILL lands on the deadline
     let now_ms = crate::wall_ns() / 1_000_000;
     let proposed = now_ms.saturating_add(timeout.saturating_mul(1000));
-    let (deadline_ms, continued) = memory.stop_deadline(&c.id, proposed);
+    let (deadline_ms, continued) = memory.stop_deadline(&c.id, proposed).await;
     let timeout = if continued {
         let left = deadline_ms.saturating_sub(now_ms).max(0);
         // past the deadline this is an immediate SIGKILL: the stop's SIGTERM went out when it

@@ -5,8 +5,17 @@
 //!
 //! Invariants:
 //! * one small JSON file per pod, `<root-dir>/pods/<uid>/reaplet-termination.json`, written
-//!   to a temporary file, fsynced, renamed over the old one and the directory fsynced: a
-//!   crash leaves the old record or the new one, never half of one;
+//!   to a temporary file and renamed over the old one: a crash of reaplet leaves the old
+//!   record or the new one, never half of one;
+//! * nothing is fsynced, and that is the whole crash-safety argument: the record protects a
+//!   termination against a restart of *reaplet*, and after a reaplet crash the kernel still
+//!   holds every write it made (the page cache outlives the process; the rename is atomic in
+//!   it). Only a crash of the *node* loses unsynced writes, and a node crash ends the pod's
+//!   containers too: there is then nothing left to continue, and a lost or empty record only
+//!   ever grants more time (next point). Two fsyncs per StopContainer bought nothing but
+//!   latency in a bulk deletion;
+//! * written off the async runtime (a blocking thread), one write at a time per pod, each
+//!   carrying every change made before it started ([`crate::kill::KillMemory`]);
 //! * a record says which containers' preStop hooks were started and, for each container, the
 //!   deadline (wall-clock Unix ms, this node's own clock) of the first StopContainer sent: a
 //!   termination resumed after a restart continues to it, never restarts the full grace and
@@ -74,7 +83,8 @@ impl RecordFile {
         }
     }
 
-    /// Writes `r` atomically and durably.
+    /// Writes `r` atomically (see the module doc for why not durably). Blocking: call it off
+    /// the async runtime.
     pub fn save(&self, r: &TerminationRecord) -> Result<(), RecordError> {
         let err = |source| RecordError::Write {
             path: self.path.clone(),
@@ -86,12 +96,8 @@ impl RecordFile {
         let bytes = serde_json::to_vec(r).unwrap_or_default();
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
-        f.sync_all().map_err(err)?;
         drop(f);
         std::fs::rename(&tmp, &self.path).map_err(err)?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(err)?;
         Ok(())
     }
 

@@ -24,8 +24,10 @@
 //!   path itself: never with a trailing slash, which makes the kernel follow one). Mount points
 //!   are matched to those paths by components only ([`super::RootDir`]): nothing is stat'ed
 //!   inside a mount (a dead NFS server would hang it);
-//! * a directory is removed only after mountinfo, read again, shows nothing mounted below it,
-//!   and only on its own mount: every entry's `statx` mount ID is compared with the
+//! * a directory is removed only after mountinfo shows nothing mounted below it, read again
+//!   when this pass unmounted anything since it was last read (an unmount may uncover a mount
+//!   stacked below; a pass that unmounts nothing reads mountinfo once, not once per volume:
+//!   it grows with every pod on the node), and only on its own mount: every entry's `statx` mount ID is compared with the
 //!   directory's, so a bind mount no snapshot showed is never entered ([`super::remove_tree`]);
 //!   below `volume-subpaths` only directories and empty files go (the kubelet's placeholders);
 //! * the authority is asked again before every unmount and removal: a hand-back mid-pass stops
@@ -43,7 +45,6 @@ use super::{MountInfo, RootDir, list_volume_dirs, pod_dir, read_mountinfo};
 use crate::pod::PodUid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use tokio::time::Instant;
 
 /// A volume plugin, from its directory name under `volumes/` (`kubernetes.io~secret`).
@@ -177,8 +178,8 @@ impl Unmount for SystemUnmount {
     }
 }
 
-const RETRY_BASE: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+/// A failed unmount is retried on the agent's one backoff: 1 s doubling to 30 s.
+const RETRY: crate::backoff::Policy = crate::backoff::Policy::RUNTIME;
 
 #[derive(Debug)]
 struct Failure {
@@ -258,6 +259,7 @@ pub fn pass(
         root: RootDir::new(root_dir),
         mountinfo,
         mounts,
+        stale: false,
         unmounter,
         state,
         now,
@@ -312,6 +314,8 @@ struct Pass<'a> {
     root: RootDir,
     mountinfo: &'a Path,
     mounts: Vec<MountInfo>,
+    /// `mounts` predates an unmount of this pass.
+    stale: bool,
     unmounter: &'a dyn Unmount,
     state: &'a mut TeardownState,
     now: Instant,
@@ -342,16 +346,19 @@ impl Pass<'_> {
             });
         f.count += 1;
         f.why = held.why.clone();
-        let exp = f.count.saturating_sub(1).min(16);
-        f.next = self.now + RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
+        f.next = self.now + RETRY.step(f.count);
         if f.count == 1 {
             (self.report)(&held);
         }
         held.why
     }
 
+    /// Reads mountinfo again if this pass unmounted anything since it was read.
     fn reread(&mut self) -> Result<(), std::io::Error> {
-        self.mounts = read_mountinfo(self.mountinfo)?;
+        if self.stale {
+            self.mounts = read_mountinfo(self.mountinfo)?;
+            self.stale = false;
+        }
         Ok(())
     }
 
@@ -374,6 +381,7 @@ impl Pass<'_> {
             return Some(Why::Unsafe { path });
         }
         for _ in 0..times {
+            self.stale = true;
             match self.unmounter.unmount(target) {
                 Ok(()) => {}
                 // no longer a mount point, or gone: done
