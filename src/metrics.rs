@@ -32,6 +32,13 @@ pub struct OpLabel {
     pub operation_type: &'static str,
 }
 
+/// What a runtime relist covered: `full` (every sandbox and container of the node) or `pod`
+/// (one pod's, for a container event).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelistLabel {
+    pub scope: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkingLabels {
     pub lifecycle: &'static str,
@@ -159,6 +166,7 @@ pub struct Metrics {
     pub pod_worker_duration: Family<OpLabel, Histogram, fn() -> Histogram>,
     pub working_pods: Family<WorkingLabels, Gauge>,
     pub orphaned_runtime_pods: Counter,
+    pub runtime_relists: Family<RelistLabel, Counter>,
     pub runtime_operations: Family<OpLabel, Counter>,
     pub runtime_operations_duration: Family<OpLabel, Histogram, fn() -> Histogram>,
     pub runtime_operations_errors: Family<OpLabel, Counter>,
@@ -200,6 +208,7 @@ impl Metrics {
             pod_worker_duration: Family::new_with_constructor(new_hist),
             working_pods: Family::default(),
             orphaned_runtime_pods: Counter::default(),
+            runtime_relists: Family::default(),
             runtime_operations: Family::default(),
             runtime_operations_duration: Family::new_with_constructor(new_hist),
             runtime_operations_errors: Family::default(),
@@ -231,6 +240,11 @@ impl Metrics {
             "orphaned_runtime_pods",
             "Runtime pods found with no pod object (stopped with grace 1)",
             m.orphaned_runtime_pods.clone(),
+        );
+        registry.register(
+            "runtime_relists",
+            "Runtime relists (each a ListPodSandbox and a ListContainers call) by scope: full, or one pod's for a container event",
+            m.runtime_relists.clone(),
         );
         registry.register(
             "runtime_operations",

@@ -216,14 +216,26 @@ impl Drop for Agent {
 /// The agent on the test bed, relisting every [`RELIST_WITH_EVENTS`] while events flow; returns
 /// once it is subscribed (containerd's events service) and in sync with the API.
 async fn start_agent(tb: &Testbed, api: &ApiServer, root: &Path, kc: &Path) -> Agent {
+    start_agent_with(tb, api, root, kc, &[]).await
+}
+
+/// [`start_agent`] with more flags.
+async fn start_agent_with(
+    tb: &Testbed,
+    api: &ApiServer,
+    root: &Path,
+    kc: &Path,
+    more: &[&str],
+) -> Agent {
     let log = root.join("reaplet.log");
     let kc = kc.display().to_string();
-    let extra = [
+    let mut extra = vec![
         "--kubeconfig",
         &kc,
         "--relist-period-with-events",
         RELIST_WITH_EVENTS,
     ];
+    extra.extend_from_slice(more);
     let child = spawn_reaplet(tb, &root.join("kubelet"), &extra, &log);
     let agent = Agent { child, log };
     let (_, line) = agent.wait_subscribed(1, START_LIMIT).await;
@@ -422,7 +434,19 @@ async fn a_burst_of_110_exits_is_reported() {
         .collect()
         .await;
     let launched = launch_start.elapsed();
-    let agent = start_agent(&tb, &api, root.path(), &kc).await;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let addr = metrics.to_string();
+    let agent = start_agent_with(
+        &tb,
+        &api,
+        root.path(),
+        &kc,
+        &["--metrics-bind-address", &addr],
+    )
+    .await;
+    let relists_before = relists(metrics).await;
     gate.open_all();
     let client = tb.client();
     let mut last_exit = 0;
@@ -455,6 +479,45 @@ async fn a_burst_of_110_exits_is_reported() {
         "last exit -> last status {tail_took:?}, not under {BURST_BOUND:?}\n{}",
         agent.log_tail()
     );
+    // the exits were relisted pod by pod (or a few pods at a time as full relists), never a
+    // full relist per event (before: one per exit and per deletion event, about 4 a pod)
+    let (full0, pod0) = relists_before;
+    let (full, pod) = relists(metrics).await;
+    let (full, pod) = (full - full0, pod - pod0);
+    println!(
+        "relists during the burst: {full} full, {pod} of one pod ({:.2} list calls per pod)",
+        (2.0 * (full + pod) as f64) / PODS as f64
+    );
+    assert!(
+        full <= FULL_RELISTS_MAX,
+        "{full} full relists for {PODS} exits (bound {FULL_RELISTS_MAX})"
+    );
+    assert!(
+        full + pod <= 3 * PODS as u64,
+        "{} relists for {PODS} exits",
+        full + pod
+    );
+}
+
+/// Full relists a burst of 110 exits may cost: one per `reaplet::workers::FULL_DEBOUNCE`
+/// over the burst's reporting window (10 s: 40) would be the worst case; a
+/// full relist per event was several hundred.
+const FULL_RELISTS_MAX: u64 = 40;
+
+/// reaplet's relists so far: (full, one pod), from its metrics.
+async fn relists(addr: std::net::SocketAddr) -> (u64, u64) {
+    let (code, text) = reaplet::server::fetch(addr, "/metrics").await.unwrap();
+    assert_eq!(code, 200, "{text}");
+    let read = |scope: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "reaplet_runtime_relists_total{{scope=\"{scope}\"}} "
+                ))
+            })
+            .map_or(0, |v| v.trim().parse::<f64>().unwrap_or(0.0) as u64)
+    };
+    (read("full"), read("pod"))
 }
 
 // ---------------------------------------------------------------------------------------------

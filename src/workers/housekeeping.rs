@@ -18,7 +18,15 @@
 //!   `OnFailure` every exit code 0;
 //! * every pod it ends goes through the same seam as the sources ([`KillRequest`]);
 //! * the registry lock is released before any runtime call; one line when relisting starts
-//!   failing and one when it works again, never one per poll.
+//!   failing and one when it works again, never one per poll;
+//! * a container event updates its own pod, not the node: its container is mapped to its pod
+//!   from the last lists; an event of a pod whose kill is under way needs nothing (the kill
+//!   waits for its containers itself); another known pod is relisted alone (its sandboxes and
+//!   containers, filtered by its UID); only an unknown container asks for a full relist, and
+//!   those, and events of more than [`TARGETED_MAX`] pods at once, are debounced
+//!   ([`FULL_DEBOUNCE`]). The periodic full relist stays the safety net.
+//!   (Before, every exit or deletion event was a full relist: about 4 per single-container
+//!   pod, O(n^2) work in a bulk deletion while the runtime is busiest.)
 
 use super::runtime_health::{BEAT, relist_deadline};
 use super::subscription::{Exits, Next, Subscription};
@@ -28,7 +36,7 @@ use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
 use crate::grace;
 use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -38,6 +46,27 @@ use tokio::time::Instant;
 /// the resubscription still saw the container running in a loaded suite run; the exit then
 /// waited for the next periodic relist, 29 s).
 const AFTER_SUBSCRIBE: Duration = Duration::from_secs(10);
+
+/// Full relists asked for by events come at most this often.
+pub const FULL_DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// A pass for more pods than this lists the whole node instead (two calls either way).
+pub const TARGETED_MAX: usize = 4;
+
+/// What a housekeeping pass relists.
+#[derive(Debug)]
+enum Scope {
+    Full,
+    Pods(HashSet<PodUid>),
+}
+
+/// What a relist saw: the containers that may run, and the owner of every container and
+/// sandbox it listed.
+#[derive(Default)]
+struct Listing {
+    running: HashSet<String>,
+    owners: HashMap<String, PodUid>,
+}
 
 /// What one relist found to do, decided under the registry lock and done after it.
 #[derive(Default)]
@@ -71,6 +100,11 @@ impl<R: Runtime> PodWorkers<R> {
         let mut last_periodic = Instant::now();
         // the fast period holds until then after a (re)subscription
         let mut settling_until: Option<Instant> = None;
+        // who owns each container and sandbox, from the lists so far (rebuilt by every full one)
+        let mut owners: HashMap<String, PodUid> = HashMap::new();
+        // a full relist events asked for, and when the last full one ran
+        let mut full_due: Option<Instant> = None;
+        let mut last_full = Instant::now();
         loop {
             // while the runtime is stalled, poll at the fast period to see it come back; the
             // same for a while after each (re)subscription
@@ -86,6 +120,7 @@ impl<R: Runtime> PodWorkers<R> {
                 .take()
                 .map_or(periodic_at, |d| periodic_at.min(Instant::now() + d));
             let mut periodic = false;
+            let mut scope = Scope::Full;
             let next = tokio::time::sleep_until(wake);
             tokio::pin!(next);
             loop {
@@ -98,16 +133,41 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                     _ = &mut next => {
                         periodic = Instant::now() >= periodic_at;
-                        break;
-                    }
-                    _ = self.inner.relist_now.notified() => break,
-                    next = sub.next(&mut exits) => {
-                        if matches!(next, Next::Ended) {
-                            sub.ended(Instant::now());
+                        if !periodic {
+                            // a quick recheck of exits not applied yet: their pods alone
+                            let ids: Vec<String> = exits.pending().cloned().collect();
+                            scope = self.event_scope(ids, &owners, &mut exits);
                         }
                         break;
                     }
+                    _ = sleep_until_some(full_due) => break,
+                    _ = self.inner.relist_now.notified() => break,
+                    next = sub.next(&mut exits) => match next {
+                        Next::Ended => {
+                            sub.ended(Instant::now());
+                            break;
+                        }
+                        Next::Due => break,
+                        Next::Events => {
+                            let ids = exits.take_batch().into_iter().collect();
+                            match self.event_scope(ids, &owners, &mut exits) {
+                                Scope::Pods(p) if p.is_empty() => {}
+                                Scope::Pods(p) => {
+                                    scope = Scope::Pods(p);
+                                    break;
+                                }
+                                Scope::Full => {
+                                    let at = (last_full + FULL_DEBOUNCE).max(Instant::now());
+                                    full_due = Some(full_due.map_or(at, |d| d.min(at)));
+                                }
+                            }
+                        }
+                    },
                 }
+            }
+            if matches!(scope, Scope::Full) {
+                full_due = None;
+                last_full = Instant::now();
             }
             // the pass, beating meanwhile: a due (re)subscription first, then the relist,
             // which covers any event missed before it; the runtime lists are bounded by the
@@ -131,7 +191,11 @@ impl<R: Runtime> PodWorkers<R> {
                     ),
                 };
                 let sweeps = periodic.then_some(&mut sweeps);
-                (subscribed, self.relist_sweeping(sweeps, deadline).await)
+                let listed = match &scope {
+                    Scope::Full => self.relist_sweeping(sweeps, deadline).await,
+                    Scope::Pods(uids) => self.relist_pods(uids, deadline).await,
+                };
+                (subscribed, listed)
             };
             tokio::pin!(pass);
             let (subscribed, r) = loop {
@@ -160,12 +224,30 @@ impl<R: Runtime> PodWorkers<R> {
                     relist_failing = true;
                 }
                 Err(e) => tracing::debug!(err = %e, "runtime relist failed again"),
-                Ok(running) => {
+                Ok(listing) => {
                     if relist_failing {
                         tracing::info!("runtime relist works again");
                         relist_failing = false;
                     }
-                    recheck = exits.after_relist(&running, Instant::now());
+                    recheck = match &scope {
+                        Scope::Full => {
+                            owners = listing.owners;
+                            exits.after_relist(&listing.running, Instant::now())
+                        }
+                        Scope::Pods(uids) => {
+                            let covered = |id: &str| {
+                                owners.get(id).is_some_and(|u| uids.contains(u))
+                                    || listing.owners.contains_key(id)
+                            };
+                            let r = exits.after_relist_of(
+                                &listing.running,
+                                Some(&covered),
+                                Instant::now(),
+                            );
+                            owners.extend(listing.owners);
+                            r
+                        }
+                    };
                 }
             }
             self.judge_runtime_health();
@@ -195,6 +277,76 @@ impl<R: Runtime> PodWorkers<R> {
         self.relist_sweeping(None, relist_deadline(period))
             .await
             .map(drop)
+    }
+
+    /// Which pods the events' containers `ids` call for a relist of: none for a pod whose
+    /// kill is under way (its exits are forgotten: nothing needs to recheck them), its own
+    /// pod for a known container, the whole node for an unknown one.
+    fn event_scope(
+        &self,
+        ids: Vec<String>,
+        owners: &HashMap<String, PodUid>,
+        exits: &mut super::subscription::Exits,
+    ) -> Scope {
+        let mut pods = HashSet::new();
+        let reg = self.registry();
+        for id in ids {
+            let Some(uid) = owners.get(&id) else {
+                return Scope::Full;
+            };
+            let under_way = reg
+                .workers
+                .get(uid)
+                .is_some_and(|w| w.phase() != PodPhase::Sync);
+            if under_way {
+                exits.forget(&id);
+            } else {
+                pods.insert(uid.clone());
+            }
+        }
+        // two calls per pod: past a few pods, the node's two lists cost less
+        if pods.len() > TARGETED_MAX {
+            return Scope::Full;
+        }
+        Scope::Pods(pods)
+    }
+
+    /// One relist of the pods `uids` alone (their sandboxes and containers, filtered by UID),
+    /// and what it calls for; never a leftover sweep nor forgetting a worker (the full
+    /// relist's).
+    async fn relist_pods(
+        &self,
+        uids: &HashSet<PodUid>,
+        deadline: Duration,
+    ) -> Result<Listing, CriError> {
+        let rt = &self.inner.runtime;
+        let lists = async {
+            let (mut sandboxes, mut containers) = (Vec::new(), Vec::new());
+            for uid in uids {
+                sandboxes.extend(rt.list_sandboxes(Some(uid.as_str())).await?);
+                containers.extend(rt.list_containers(Some(uid.as_str())).await?);
+            }
+            Ok((sandboxes, containers))
+        };
+        let (sandboxes, containers) = match tokio::time::timeout(deadline, lists).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(CriError::DeadlineExceeded {
+                    op: "relist",
+                    id: String::new(),
+                    timeout: deadline,
+                });
+            }
+        };
+        if let Some(m) = self.inner.metrics.get() {
+            m.runtime_relists
+                .get_or_create(&crate::metrics::RelistLabel { scope: "pod" })
+                .inc_by(uids.len() as u64);
+        }
+        let grouped = pod::group_runtime(&sandboxes, &containers);
+        let found = self.judge(&grouped.pods, false);
+        self.act(found).await;
+        Ok(listing(&grouped.pods, &containers))
     }
 
     /// The runtime's sandboxes and containers, within `deadline`; the runtime's health
@@ -227,14 +379,30 @@ impl<R: Runtime> PodWorkers<R> {
         &self,
         sweeps: Option<&mut Sweeps>,
         deadline: Duration,
-    ) -> Result<HashSet<String>, CriError> {
-        let rt = &self.inner.runtime;
+    ) -> Result<Listing, CriError> {
         let (sandboxes, containers) = self.list_runtime(deadline).await?;
+        if let Some(m) = self.inner.metrics.get() {
+            m.runtime_relists
+                .get_or_create(&crate::metrics::RelistLabel { scope: "full" })
+                .inc();
+        }
         let grouped = pod::group_runtime(&sandboxes, &containers);
         for id in &grouped.invalid {
             tracing::warn!(id = %id, "runtime object with an invalid pod uid label skipped");
         }
-        let found = self.judge(&grouped.pods);
+        let found = self.judge(&grouped.pods, true);
+        self.act(found).await;
+        if let Some(sweeps) = sweeps {
+            let runtime_uids: HashSet<PodUid> = grouped.pods.keys().cloned().collect();
+            self.sweep_leftovers(sweeps, &runtime_uids).await;
+        }
+        Ok(listing(&grouped.pods, &containers))
+    }
+
+    /// Does what a relist found: orphans to the seam, finished orphans' sandboxes removed
+    /// (active only), naturally completed pods ended.
+    async fn act(&self, found: Findings) {
+        let rt = &self.inner.runtime;
         for info in found.orphans {
             tracing::info!(pod = %info.key(), podUID = %info.uid, "orphaned runtime pod found");
             if let Some(m) = self.inner.metrics.get() {
@@ -267,25 +435,11 @@ impl<R: Runtime> PodWorkers<R> {
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
             let _ = self.kill(&pod.uid, KillRequest::new(KillReason::Completed));
         }
-        if let Some(sweeps) = sweeps {
-            let runtime_uids: HashSet<PodUid> = grouped.pods.keys().cloned().collect();
-            self.sweep_leftovers(sweeps, &runtime_uids).await;
-        }
-        Ok(containers
-            .iter()
-            .filter(|c| c.state.may_run())
-            .map(|c| c.id.clone())
-            .collect())
     }
 
-    /// Decides, under the registry lock, what the runtime's pods call for.
-    fn judge(
-        &self,
-        runtime_pods: &std::collections::HashMap<
-            PodUid,
-            (Vec<&crate::cri::RuntimeSandbox>, Vec<&RuntimeContainer>),
-        >,
-    ) -> Findings {
+    /// Decides, under the registry lock, what the runtime's pods call for; `full`: they are
+    /// all of the node's, so finished workers of pods in none of them can be forgotten.
+    fn judge(&self, runtime_pods: &RuntimePods<'_>, full: bool) -> Findings {
         let mut found = Findings::default();
         let mut reg = self.registry();
         for (uid, (sbs, cs)) in runtime_pods {
@@ -337,6 +491,9 @@ impl<R: Runtime> PodWorkers<R> {
                 Some(PodPhase::Sync | PodPhase::Terminating | PodPhase::Terminated) => {}
             }
         }
+        if !full {
+            return found;
+        }
         // forget finished workers whose pod is neither desired nor in the runtime
         let desired = &reg.desired;
         let forget: Vec<PodUid> = reg
@@ -368,6 +525,44 @@ impl<R: Runtime> PodWorkers<R> {
             }
         }
         true
+    }
+}
+
+/// The runtime's objects grouped by pod.
+type RuntimePods<'a> = HashMap<
+    PodUid,
+    (
+        Vec<&'a crate::cri::RuntimeSandbox>,
+        Vec<&'a RuntimeContainer>,
+    ),
+>;
+
+/// The listing of a relist: what may run, and who owns what.
+fn listing(pods: &RuntimePods<'_>, containers: &[RuntimeContainer]) -> Listing {
+    let mut owners = HashMap::new();
+    for (uid, (sbs, cs)) in pods {
+        for s in sbs {
+            owners.insert(s.id.clone(), uid.clone());
+        }
+        for c in cs {
+            owners.insert(c.id.clone(), uid.clone());
+        }
+    }
+    Listing {
+        running: containers
+            .iter()
+            .filter(|c| c.state.may_run())
+            .map(|c| c.id.clone())
+            .collect(),
+        owners,
+    }
+}
+
+/// Resolves at `at`, or never.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

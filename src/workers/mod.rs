@@ -54,6 +54,7 @@ use crate::pod::{PodInfo, PodUid};
 use crate::status::ContainerFinal;
 use crate::volumes;
 use crate::wall_ns;
+pub use housekeeping::{FULL_DEBOUNCE, TARGETED_MAX};
 use registry::Registry;
 pub use runtime_health::{BEAT, RuntimeStall, relist_deadline};
 use std::collections::HashMap;

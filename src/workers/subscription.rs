@@ -69,6 +69,8 @@ pub(super) struct Exits {
     pending: HashMap<String, Instant>,
     /// The next quick relist's delay while some exit is pending.
     step: Option<Duration>,
+    /// The containers of the events taken since the loop last asked ([`Self::take_batch`]).
+    batch: HashSet<String>,
 }
 
 impl Exits {
@@ -79,6 +81,7 @@ impl Exits {
         match ev.kind {
             ContainerEventKind::Exited => {
                 self.pending.entry(ev.container_id.clone()).or_insert(now);
+                self.batch.insert(ev.container_id.clone());
                 true
             }
             ContainerEventKind::Deleted => {
@@ -86,12 +89,29 @@ impl Exits {
                 if self.pending.contains_key(&ev.container_id) {
                     self.step = None;
                 }
+                self.batch.insert(ev.container_id.clone());
                 true
             }
             ContainerEventKind::Created
             | ContainerEventKind::Started
             | ContainerEventKind::Other => false,
         }
+    }
+
+    /// The containers of the events since the last call.
+    pub(super) fn take_batch(&mut self) -> HashSet<String> {
+        std::mem::take(&mut self.batch)
+    }
+
+    /// Forgets an exit nothing needs to recheck (its pod's kill is under way and waits for
+    /// its containers itself).
+    pub(super) fn forget(&mut self, id: &str) {
+        self.pending.remove(id);
+    }
+
+    /// The containers whose exits are still to be seen applied.
+    pub(super) fn pending(&self) -> impl Iterator<Item = &String> {
+        self.pending.keys()
     }
 
     /// After a relist that found `running` (IDs the runtime says may run): how long until the
@@ -101,8 +121,21 @@ impl Exits {
         running: &HashSet<String>,
         now: Instant,
     ) -> Option<Duration> {
-        self.pending
-            .retain(|id, at| running.contains(id) && now.duration_since(*at) < RECHECK_FOR);
+        self.after_relist_of(running, None, now)
+    }
+
+    /// [`Self::after_relist`] for a relist of some pods only: `listed` says which containers
+    /// it covered (an exit of a container it did not list is kept as it was).
+    pub(super) fn after_relist_of(
+        &mut self,
+        running: &HashSet<String>,
+        listed: Option<&dyn Fn(&str) -> bool>,
+        now: Instant,
+    ) -> Option<Duration> {
+        self.pending.retain(|id, at| {
+            let covered = listed.is_none_or(|l| l(id));
+            (!covered || running.contains(id)) && now.duration_since(*at) < RECHECK_FOR
+        });
         if self.pending.is_empty() {
             self.step = None;
             return None;
