@@ -378,18 +378,21 @@ impl CgroupManager {
         const PASSES: u32 = 10;
         let mut report = DestroyReport::default();
         let dirs = self.existing(uid)?;
+        // one walk per hierarchy serves the thaw, the first look for processes and the removal
+        // (a cgroup directory lists every control file: reading it is most of the cost)
+        let mut trees: Vec<Vec<PathBuf>> = dirs.iter().map(|(_, d)| walk_post_order(d)).collect();
         // kill first, everywhere (v2's cgroup.kill covers the whole subtree at once)
-        for (h, dir) in &dirs {
+        for ((h, dir), tree) in dirs.iter().zip(&trees) {
             if h.version == CgroupVersion::V2 && dir.join("cgroup.kill").exists() {
                 let _ = std::fs::write(dir.join("cgroup.kill"), "1");
             }
-            thaw_v1(dir);
+            thaw_v1(dir, tree);
         }
-        for (_, dir) in &dirs {
+        for ((_, dir), tree) in dirs.iter().zip(&mut trees) {
             let mut pass = 0;
             loop {
-                let pids = procs_tree(dir);
-                if pids.is_empty() {
+                let members = pids_in(tree);
+                if members.is_empty() {
                     break;
                 }
                 pass += 1;
@@ -397,16 +400,18 @@ impl CgroupManager {
                     return Err(CgroupError::Busy {
                         uid: uid.to_string(),
                         path: dir.clone(),
-                        pids,
+                        pids: members.into_iter().map(|(_, p)| p).collect(),
                         passes: PASSES,
                     });
                 }
-                for (cg, pid) in &pids_with_dirs(dir) {
+                for (cg, pid) in &members {
                     if kill_member(cg, *pid) {
                         report.killed_pids += 1;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(pass))).await;
+                // a process that was running may have made a child cgroup: look again
+                *tree = walk_post_order(dir);
             }
         }
         if let (CgroupDriver::Systemd, Some(units)) = (self.naming.driver, &self.units) {
@@ -432,16 +437,20 @@ impl CgroupManager {
                 }
             }
         }
-        for (_, dir) in &dirs {
-            report.removed_dirs += remove_tree(uid, dir).await?;
+        for ((_, dir), tree) in dirs.iter().zip(trees) {
+            report.removed_dirs += remove_tree(uid, dir, tree).await?;
         }
         Ok(report)
     }
 }
 
-/// v1 freezer: a frozen cgroup's processes cannot die until thawed.
-fn thaw_v1(dir: &Path) {
-    for d in walk_post_order(dir) {
+/// v1 freezer: a frozen cgroup's processes cannot die until thawed. `tree` is `dir`'s walk;
+/// only the freezer hierarchy has `freezer.state`, in every directory below its root.
+fn thaw_v1(dir: &Path, tree: &[PathBuf]) {
+    if !dir.join("freezer.state").exists() {
+        return;
+    }
+    for d in tree {
         let f = d.join("freezer.state");
         if let Ok(s) = std::fs::read_to_string(&f)
             && s.trim() != "THAWED"
@@ -484,15 +493,11 @@ fn read_procs(dir: &Path) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-fn pids_with_dirs(dir: &Path) -> Vec<(PathBuf, i32)> {
-    walk_post_order(dir)
-        .into_iter()
-        .flat_map(|d| read_procs(&d).into_iter().map(move |p| (d.clone(), p)))
+/// Every process of the walked directories, with its directory.
+fn pids_in(tree: &[PathBuf]) -> Vec<(PathBuf, i32)> {
+    tree.iter()
+        .flat_map(|d| read_procs(d).into_iter().map(move |p| (d.clone(), p)))
         .collect()
-}
-
-fn procs_tree(dir: &Path) -> Vec<i32> {
-    pids_with_dirs(dir).into_iter().map(|(_, p)| p).collect()
 }
 
 /// SIGKILLs `pid` if it is (still) a member of `cgroup`. Returns whether a signal was sent.
@@ -511,34 +516,35 @@ fn kill_member(cgroup: &Path, pid: i32) -> bool {
     }
 }
 
-/// Removes `dir` and its children, deepest first. ENOENT means done; EBUSY is retried a few
-/// times (a process may still be exiting).
-async fn remove_tree(uid: &PodUid, dir: &Path) -> Result<usize, CgroupError> {
+/// Removes `dir` and its children, deepest first, from `tree` (`dir`'s walk). ENOENT means
+/// done; EBUSY is retried a few times (a process may still be exiting, or a child appeared
+/// since the walk: the retry walks again).
+async fn remove_tree(uid: &PodUid, dir: &Path, tree: Vec<PathBuf>) -> Result<usize, CgroupError> {
     let mut removed = 0;
-    for d in walk_post_order(dir) {
-        let mut attempt = 0u32;
-        loop {
-            match std::fs::remove_dir(&d) {
-                Ok(()) => {
-                    removed += 1;
-                    break;
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => break,
+    let mut attempt = 0u32;
+    let mut tree = tree;
+    'walk: loop {
+        for d in &tree {
+            match std::fs::remove_dir(d) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) if e.raw_os_error() == Some(Errno::BUSY.raw_os_error()) && attempt < 10 => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                    tree = walk_post_order(dir);
+                    continue 'walk;
                 }
                 Err(source) => {
                     return Err(CgroupError::Remove {
                         uid: uid.to_string(),
-                        path: d,
+                        path: d.clone(),
                         source,
                     });
                 }
             }
         }
+        return Ok(removed);
     }
-    Ok(removed)
 }
 
 #[cfg(test)]

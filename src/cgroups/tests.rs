@@ -286,3 +286,28 @@ async fn no_systemd_means_no_pod_slice_units() {
     let m = CgroupManager::new(Vec::new(), naming);
     assert!(m.pod_slice_uids().await.unwrap().is_empty());
 }
+
+#[test]
+fn thaw_reads_the_freezer_hierarchy_only_and_thaws_every_directory_of_the_walk() {
+    let root = tempfile::tempdir().unwrap();
+    let freezer = root.path().join("freezer/pod");
+    std::fs::create_dir_all(freezer.join("c1")).unwrap();
+    for d in [&freezer, &freezer.join("c1")] {
+        std::fs::write(d.join("freezer.state"), "FROZEN\n").unwrap();
+    }
+    let tree = walk_post_order(&freezer);
+    assert_eq!(tree, [freezer.join("c1"), freezer.clone()]);
+    thaw_v1(&freezer, &tree);
+    for d in &tree {
+        assert_eq!(
+            std::fs::read_to_string(d.join("freezer.state")).unwrap(),
+            "THAWED"
+        );
+    }
+    // another hierarchy: no freezer.state at its top, nothing is written anywhere below it
+    let memory = root.path().join("memory/pod");
+    std::fs::create_dir_all(memory.join("c1")).unwrap();
+    thaw_v1(&memory, &walk_post_order(&memory));
+    assert!(!memory.join("freezer.state").exists());
+    assert!(!memory.join("c1/freezer.state").exists());
+}
