@@ -1,5 +1,6 @@
 //! The pod scenarios: one pod deleted at a time (DELETE -> gone), a burst of pods deleted at
-//! once (last gone; the agent's CPU, peak RSS and requests), and a natural exit (the
+//! once (last gone; the agent's CPU, peak RSS and requests; then the node's floor: the same
+//! DELETEs and CRI stops with no agent), and a natural exit (the
 //! container's end -> the terminal status stored).
 
 use super::audit::gone_at;
@@ -183,6 +184,61 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
     Ok(b)
 }
 
+/// The floor of a burst on this node: `n` more pods started by the kubelet, which is then
+/// stopped; the admin's `n` DELETEs (nobody acts on them) and, at the same moment, what an
+/// agent must ask of containerd for each pod (StopContainer with the pod's grace, then
+/// StopPodSandbox), all at once and straight to containerd. Returns when the last sandbox
+/// stop was answered, in seconds from the first DELETE sent.
+async fn burst_floor(s: &mut Stack, n: usize) -> R<f64> {
+    if let Some(agent) = s.reaplet.take() {
+        agent.stop();
+    }
+    s.kubelet.restart().await;
+    let list = names("burst-f", n);
+    let bodies: Vec<Value> = list.iter().map(|x| pod(x, TRAPS_TERM)).collect();
+    let uids = s.create_all(&bodies).await?;
+    s.wait_running(&list, Duration::from_secs(600)).await?;
+    s.kubelet.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cri = s.tb.client();
+    let sandboxes = cri.list_sandboxes(None).await.map_err(|e| e.to_string())?;
+    let containers = cri.list_containers(None).await.map_err(|e| e.to_string())?;
+    let mut work = Vec::with_capacity(n);
+    for uid in &uids {
+        let sandbox = sandboxes
+            .iter()
+            .find(|b| &b.pod_uid == uid && b.ready)
+            .ok_or(format!("[burst] no ready sandbox of pod {uid}"))?;
+        let app = containers
+            .iter()
+            .find(|c| c.sandbox_id == sandbox.id && c.name == "app")
+            .ok_or(format!("[burst] no container app in pod {uid}"))?;
+        work.push((app.id.clone(), sandbox.id.clone()));
+    }
+    let t0 = Instant::now();
+    let deletes = futures_util::future::join_all(list.iter().map(|x| s.delete(x.as_str())));
+    let stops = futures_util::future::join_all(work.iter().map(|(c, b)| {
+        let cri = cri.clone();
+        async move {
+            cri.stop_container(c, 30).await.map_err(|e| e.to_string())?;
+            cri.stop_pod_sandbox(b).await.map_err(|e| e.to_string())?;
+            Ok::<f64, String>(t0.elapsed().as_secs_f64())
+        }
+    }));
+    let (deleted, stopped) = tokio::join!(deletes, stops);
+    for d in deleted {
+        d?;
+    }
+    let done = sorted(stopped.into_iter().collect::<R<Vec<f64>>>()?);
+    println!(
+        "floor: {n} pods, the same DELETEs and the CRI stops straight to containerd, no agent: first stopped {:.2} s, median {:.2} s, last {:.2} s",
+        pct(&done, 0.0),
+        pct(&done, 50.0),
+        pct(&done, 100.0)
+    );
+    Ok(pct(&done, 100.0))
+}
+
 /// 2. `n` pods deleted at once (the admin's `n` DELETEs concurrently): last gone, the agent's
 ///    CPU and peak RSS over the window, its API requests in the window per pod.
 pub(super) async fn burst_side(n: usize) -> R<Vec<Row>> {
@@ -207,7 +263,13 @@ pub(super) async fn burst_side(n: usize) -> R<Vec<Row>> {
         res.push(burst_run(&s, who, &list).await?);
     }
     s.keep_logs();
+    let floor = burst_floor(&mut s, n).await?;
     let (k, r) = (&res[0], &res[1]);
+    println!(
+        "[burst] last gone / the floor's last: kubelet {:.2}, reaplet {:.2}",
+        k.last / floor,
+        r.last / floor
+    );
     let nf = n as f64;
     Ok(vec![
         row(format!("{n} pods at once: last gone"), "s", k.last, r.last),
