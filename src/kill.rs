@@ -10,7 +10,8 @@
 //!   `StopContainer(id, grace)`; NotFound counts as stopped; a failed hook is reported and the
 //!   stop goes on;
 //! * a container never signalled gets a fresh termination (preStop, SIGTERM, the grace with
-//!   its 2 s floor, counted from now); one already sent StopContainer, in this life of reaplet
+//!   its 2 s floor, counted from now; in a retried kill, what is left of the first attempt's
+//!   deadline, never under the floor); one already sent StopContainer, in this life of reaplet
 //!   or an earlier one, continues to that stop's recorded deadline with no hook and no new
 //!   floor ([`KillMemory`], durable in [`RecordFile`]): restarts never extend a kill and never
 //!   skip SIGTERM;
@@ -363,10 +364,16 @@ async fn kill_container<R: Runtime>(
             message,
         })
     };
-    // a retried kill counts down to its first attempt's deadline, whatever happened since
+    // a retried kill counts down to its first attempt's deadline, whatever happened since; a
+    // container never sent its stop is still owed a fresh termination (its hook, then
+    // SIGTERM): within what is left of that deadline, never under the 2 s floor
     let cap = pod.kill_deadline.map(|d| d.remaining_secs(Instant::now()));
-    let mut g = cap.map_or(pod_grace, |cap| pod_grace.min(cap));
     let resumed = memory.stop_sent(&c.id);
+    let mut g = match cap {
+        Some(cap) if resumed => pod_grace.min(cap),
+        Some(cap) => pod_grace.min(cap.max(grace::MIN_CONTAINER_GRACE)),
+        None => pod_grace,
+    };
     if let Some(handler) = &spec.pre_stop
         && g > 0
         && !resumed
@@ -408,11 +415,12 @@ async fn kill_container<R: Runtime>(
         let _ = tokio::time::timeout(grace::as_duration(g), wait_all).await;
         g = grace::deduct(g, start.elapsed());
     }
-    // past a retried kill's deadline the stop is an immediate SIGKILL; the floor was granted
-    // when the termination began
-    let timeout = match cap {
-        Some(_) => g.max(0),
-        None => grace::container_stop_timeout(g),
+    // a stop already sent counts down to its deadline (past it: an immediate SIGKILL; the
+    // floor was granted when it was sent); a first stop gets the floor
+    let timeout = if cap.is_some() && resumed {
+        g.max(0)
+    } else {
+        grace::container_stop_timeout(g)
     };
     // a stop already sent (before a restart of reaplet, or by a failed attempt) is continued
     // to its recorded deadline, never restarted: wait out the part of a second, then stop with
@@ -497,18 +505,43 @@ mod tests {
     async fn a_resumed_kill_counts_down_to_the_pod_deadline_without_a_new_floor() {
         use crate::deadline::{Deadline, DeadlineOrigin::FirstAttempt};
         let now = Instant::now();
-        // deadline passed (a reaplet restarted after it): immediate SIGKILL, no hook
+        // deadline passed (a reaplet restarted after it) and the stop already sent before:
+        // immediate SIGKILL, no hook
         let rt = FakeRuntime::default();
         rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
         let mut p = pod("p", &[("app", sleep_hook(4))], &[]);
         p.kill_deadline = Some(Deadline::after(now, -3, FirstAttempt));
-        run(&rt, &p, 1).await.unwrap();
+        let memory = KillMemory::default();
+        let sent_ms = crate::wall_ns() / 1_000_000 - 3_000;
+        memory.stop_deadline("p-app", sent_ms).await;
+        kill_pod(&rt, &EventSink::log_only(), &p, 1, &memory)
+            .await
+            .unwrap();
         assert_eq!(rt.stops_of("p-app")[0].0, 0, "past the deadline: timeout 0");
         assert!(
             !rt.calls()
                 .iter()
                 .any(|c| matches!(c, Call::ExecSync { .. })),
             "no preStop hook past the deadline"
+        );
+        // deadline passed, but the container was never sent a stop (issue 28): its hook,
+        // then SIGTERM with the floor, never a bare SIGKILL
+        let rt = FakeRuntime::default();
+        rt.add_pod("n", &[("app", Behaviour::IgnoreTerm)]);
+        let mut n = pod("n", &[("app", sleep_hook(1))], &[]);
+        n.kill_deadline = Some(Deadline::after(now, -3, FirstAttempt));
+        let t0 = Instant::now();
+        run(&rt, &n, 3).await.unwrap();
+        let execs = rt
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::ExecSync { .. }))
+            .count();
+        assert_eq!(execs, 1, "the hook runs");
+        assert_eq!(
+            rt.stops_of("n-app")[0],
+            (2, t0 + Duration::from_secs(1)),
+            "SIGTERM after the hook, with the 2 s floor"
         );
         // deadline ahead: the grace is capped by it (never extended by the floor)
         let rt = FakeRuntime::default();

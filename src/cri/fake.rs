@@ -57,6 +57,8 @@ pub struct FakeRuntime {
     state: Mutex<State>,
     /// The list calls wait while this is set.
     lists_stalled: std::sync::atomic::AtomicBool,
+    /// The list calls answer `Unavailable` until then (a restarting containerd).
+    lists_fail_until: Mutex<Option<Instant>>,
 }
 
 impl FakeRuntime {
@@ -104,12 +106,33 @@ impl FakeRuntime {
             .store(stalled, std::sync::atomic::Ordering::Relaxed);
     }
 
-    async fn wait_lists(&self) {
+    /// `ListPodSandbox` and `ListContainers` answer `Unavailable` until `until` (virtual time),
+    /// as they do while containerd restarts.
+    pub fn fail_lists_until(&self, until: Instant) {
+        *self
+            .lists_fail_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    async fn wait_lists(&self, op: &'static str) -> Result<(), CriError> {
         while self
             .lists_stalled
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let until = *self
+            .lists_fail_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match until {
+            Some(t) if Instant::now() < t => Err(CriError::Unavailable {
+                op,
+                id: String::new(),
+                message: "connection refused".into(),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -171,7 +194,7 @@ impl Runtime for FakeRuntime {
     }
 
     async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<RuntimeSandbox>, CriError> {
-        self.wait_lists().await;
+        self.wait_lists("ListPodSandbox").await?;
         let mut s = self.lock();
         if pod_uid.is_none() {
             s.relists.push(Instant::now());
@@ -187,7 +210,7 @@ impl Runtime for FakeRuntime {
         &self,
         pod_uid: Option<&str>,
     ) -> Result<Vec<RuntimeContainer>, CriError> {
-        self.wait_lists().await;
+        self.wait_lists("ListContainers").await?;
         Ok(self
             .lock()
             .containers

@@ -176,14 +176,61 @@ mod with_fake_runtime {
         assert_eq!(r.rt.exit_code("p1-app"), Some(137));
     }
 
+    /// Issue 28, item 1: containerd answers its lists `Unavailable` for 5 s when a grace-3
+    /// pod (a TERM-ignoring container with an exec preStop hook) is deleted. The retry that
+    /// gets through is past the first attempt's deadline, but the container was never sent a
+    /// stop: it still gets its hook and a SIGTERM with the 2 s floor, never a bare SIGKILL.
+    #[tokio::test(start_paused = true)]
+    async fn a_kill_whose_first_attempts_failed_still_runs_the_hook_then_sigterm() {
+        use crate::cri::fake::Call;
+        let r = rig();
+        r.rt.add_pod("p28", &[("app", Behaviour::IgnoreTerm)]);
+        let mut p = api_pod("p28", 3);
+        p.containers[0].pre_stop = Some(pod::Handler::Exec {
+            command: vec!["sleep".into(), "1".into()],
+        });
+        desire(&r.workers, std::slice::from_ref(&p));
+        let t0 = Instant::now();
+        r.rt.fail_lists_until(t0 + Duration::from_secs(5));
+        r.workers.upsert(deleted(&p, 3));
+        until(&r.workers, "p28", PodPhase::Finished).await;
+        let calls = r.rt.calls();
+        let hooks: Vec<Instant> = calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::ExecSync { at, .. } => Some(*at),
+                _ => None,
+            })
+            .collect();
+        let stops = r.rt.stops_of("p28-app");
+        assert_eq!(hooks.len(), 1, "the preStop hook runs once: {calls:?}");
+        assert!(hooks[0] >= t0 + Duration::from_secs(5), "{calls:?}");
+        assert_eq!(
+            stops.first().map(|s| s.0),
+            Some(2),
+            "SIGTERM with the 2 s floor after the hook, not timeout 0: {stops:?}"
+        );
+        assert!(stops[0].1 >= hooks[0] + Duration::from_secs(1), "{calls:?}");
+        assert_eq!(r.rt.exit_code("p28-app"), Some(137));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_resumed_deadline_survives_later_updates_of_the_object() {
         let r = rig();
         r.rt.add_pod("p9", &[("app", Behaviour::IgnoreTerm)]);
         let p = api_pod("p9", 30);
         desire(&r.workers, std::slice::from_ref(&p));
-        // resumed after a restart, its deadline long past; then the object is updated
-        // again (a status patch, say) without the deadline
+        // resumed after a restart, its deadline long past and its stop sent before (the
+        // record says so); then the object is updated again (a status patch, say) without
+        // the deadline
+        let record = crate::records::RecordFile::for_pod(
+            &r.workers.inner.config.root_dir,
+            &PodUid::parse("p9").unwrap(),
+        );
+        let mut sent = crate::records::TerminationRecord::default();
+        sent.stops
+            .insert("p9-app".into(), crate::wall_ns() / 1_000_000 - 60_000);
+        record.save(&sent).unwrap();
         let mut resumed = deleted(&p, 30);
         resumed.kill_deadline = Some(crate::deadline::Deadline::after(
             Instant::now(),

@@ -7,7 +7,8 @@
 //! * a kill or cleanup runs as a future owned by the worker: a shorter grace drops the
 //!   in-flight kill (and its CRI calls) and starts a new one at once;
 //! * a kill retried after a failed attempt counts down to the first attempt's deadline
-//!   ([`DeadlineOrigin::FirstAttempt`]), never granting the whole grace again;
+//!   ([`DeadlineOrigin::FirstAttempt`]), never granting the whole grace again; a container
+//!   the failed attempts never sent a stop still gets its hook and SIGTERM (`kill`);
 //! * `ExceededGracePeriod` is armed when the kill first starts (earlier for a shorter grace),
 //!   survives failed attempts and their retries, and is reported once;
 //! * cancellation of reaplet abandons the work where it is: the pod is left as it is.
