@@ -23,8 +23,10 @@
 //!   termination;
 //! * a missing or unreadable record is an empty one (logged once): it can only make reaplet
 //!   grant more time, never less;
-//! * removed when the pod is finished; one left behind (a pod gone while reaplet was down)
-//!   goes with its pod directory in housekeeping's orphaned-directory sweep.
+//! * removed when the pod is finished, with the pod directory when the record was all it
+//!   held (a first write makes the directory if it is missing); one left behind (a pod gone
+//!   while reaplet was down) goes with its pod directory in housekeeping's orphaned-directory
+//!   sweep.
 
 use crate::pod::PodUid;
 use serde::{Deserialize, Serialize};
@@ -101,15 +103,27 @@ impl RecordFile {
         Ok(())
     }
 
-    /// Removes the record (gone already is done).
+    /// Removes the record (gone already is done), and the pod directory if the record was
+    /// all it held: a first write makes the directory when it is missing (a pod whose
+    /// directory was already cleaned up), and nothing of reaplet's stays behind. An `rmdir`
+    /// removes only an empty directory, so a pod directory with anything else in it (the
+    /// kubelet's volumes, plugins, containers) is never touched.
     pub fn remove(&self) {
         match std::fs::remove_file(&self.path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(path = %self.path.display(), err = %e, "removing the termination record failed")
+                tracing::warn!(path = %self.path.display(), err = %e, "removing the termination record failed");
+                return;
             }
         }
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        // a write that failed after its temporary file was made
+        let _ = std::fs::remove_file(dir.join(format!(".{FILE}.tmp")));
+        // ENOTEMPTY (someone else's), ENOENT (gone): nothing to do
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -133,5 +147,31 @@ mod tests {
         f.remove();
         f.remove();
         assert!(!f.path().exists());
+    }
+
+    /// Issue 28, item 6: a record leaves nothing that was not there. The pod directory its
+    /// first write made goes with it; one that holds anything else (the kubelet's) stays.
+    #[test]
+    fn a_removed_record_leaves_no_directory_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pods")).unwrap();
+        let f = RecordFile::for_pod(dir.path(), &PodUid::parse("u1").unwrap());
+        f.save(&TerminationRecord::default()).unwrap();
+        f.remove();
+        assert!(
+            !dir.path().join("pods/u1").exists(),
+            "the record's own directory"
+        );
+        assert!(
+            dir.path().join("pods").exists(),
+            "the kubelet's pods directory stays"
+        );
+        let kubelets = dir.path().join("pods/u2/volumes");
+        std::fs::create_dir_all(&kubelets).unwrap();
+        let g = RecordFile::for_pod(dir.path(), &PodUid::parse("u2").unwrap());
+        g.save(&TerminationRecord::default()).unwrap();
+        g.remove();
+        assert!(!g.path().exists());
+        assert!(kubelets.exists(), "a pod directory with more in it stays");
     }
 }
