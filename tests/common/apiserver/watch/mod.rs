@@ -360,14 +360,15 @@ async fn watch(
                     None => std::future::pending().await,
                 }
             };
-            // bookmarks carry the last event of this resource seen; a watch from a future
-            // version sends nothing at or below it
+            // bookmarks carry the last event of this resource seen, and only one above the
+            // watch's own version is sent (the real cacher's `process`: a plain watch at that
+            // version, or from a future one, gets none)
             let send = tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = tx.closed() => return,
                 _ = due => {
                     next = next_bookmark();
-                    (last >= start).then(|| bookmark(kind, last, false))
+                    (last > start).then(|| bookmark(kind, last, false))
                 }
                 ev = live.recv() => match ev {
                     Ok(ev) if ev.kind == kind && ev.rv > last => {
