@@ -74,6 +74,11 @@ impl RecordFile {
         &self.path
     }
 
+    /// Where a write is made before it is renamed over the record.
+    fn tmp_path(&self) -> PathBuf {
+        self.path.with_file_name(format!(".{FILE}.tmp"))
+    }
+
     /// The record, or an empty one if there is none (or it cannot be read).
     pub fn load(&self) -> TerminationRecord {
         match std::fs::read(&self.path) {
@@ -94,7 +99,7 @@ impl RecordFile {
         };
         let dir = self.path.parent().unwrap_or(Path::new("/"));
         std::fs::create_dir_all(dir).map_err(err)?;
-        let tmp = dir.join(format!(".{FILE}.tmp"));
+        let tmp = self.tmp_path();
         let bytes = serde_json::to_vec(r).unwrap_or_default();
         let mut f = std::fs::File::create(&tmp).map_err(err)?;
         f.write_all(&bytes).map_err(err)?;
@@ -117,13 +122,12 @@ impl RecordFile {
                 return;
             }
         }
-        let Some(dir) = self.path.parent() else {
-            return;
-        };
         // a write that failed after its temporary file was made
-        let _ = std::fs::remove_file(dir.join(format!(".{FILE}.tmp")));
+        let _ = std::fs::remove_file(self.tmp_path());
         // ENOTEMPTY (someone else's), ENOENT (gone): nothing to do
-        let _ = std::fs::remove_dir(dir);
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -141,7 +145,7 @@ mod tests {
         r.stops.insert("c1".into(), 1_700_000_000_000);
         f.save(&r).unwrap();
         assert_eq!(f.load(), r);
-        assert!(!f.path().with_file_name(format!(".{FILE}.tmp")).exists());
+        assert!(!f.tmp_path().exists());
         std::fs::write(f.path(), b"{not json").unwrap();
         assert_eq!(f.load(), TerminationRecord::default());
         f.remove();

@@ -5,6 +5,8 @@
 //! fields logged in one line; the unit and example config run with the node's own credentials.
 //! The rest of the CLI (the test bed, an API server) is in `tests/cli.rs`.
 
+#[path = "common/port.rs"]
+mod port;
 #[path = "common/process.rs"]
 mod process;
 

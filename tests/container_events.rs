@@ -434,9 +434,7 @@ async fn a_burst_of_110_exits_is_reported() {
         .collect()
         .await;
     let launched = launch_start.elapsed();
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap();
+    let metrics = common::process::free_addr();
     let addr = metrics.to_string();
     let agent = start_agent_with(
         &tb,

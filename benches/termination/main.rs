@@ -101,10 +101,7 @@ impl Agent {
     /// server on a free loopback port, text logs (stderr) in `log`, and none of the inherited
     /// environment that would configure it (`REAPLET_*`, in-cluster, systemd's notify socket).
     fn run(log: PathBuf, args: impl FnOnce(&mut Command)) -> R<Agent> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = side_by_side::k8s::proc::free_port();
         let status: SocketAddr = ([127, 0, 0, 1], port).into();
         let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
         let mut c = Command::new(env!("CARGO_BIN_EXE_reaplet"));

@@ -519,10 +519,13 @@ fn kill_member(cgroup: &Path, pid: i32) -> bool {
 /// Removes `dir` and its children, deepest first, from `tree` (`dir`'s walk). ENOENT means
 /// done; EBUSY is retried a few times (a process may still be exiting, or a child appeared
 /// since the walk: the retry walks again).
-async fn remove_tree(uid: &PodUid, dir: &Path, tree: Vec<PathBuf>) -> Result<usize, CgroupError> {
+async fn remove_tree(
+    uid: &PodUid,
+    dir: &Path,
+    mut tree: Vec<PathBuf>,
+) -> Result<usize, CgroupError> {
     let mut removed = 0;
     let mut attempt = 0u32;
-    let mut tree = tree;
     'walk: loop {
         for d in &tree {
             match std::fs::remove_dir(d) {

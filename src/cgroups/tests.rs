@@ -288,7 +288,7 @@ async fn no_systemd_means_no_pod_slice_units() {
 }
 
 #[test]
-fn thaw_reads_the_freezer_hierarchy_only_and_thaws_every_directory_of_the_walk() {
+fn thaw_thaws_every_directory_of_the_walk_and_writes_nothing_outside_the_freezer() {
     let root = tempfile::tempdir().unwrap();
     let freezer = root.path().join("freezer/pod");
     std::fs::create_dir_all(freezer.join("c1")).unwrap();

@@ -50,6 +50,8 @@ struct State {
     /// the sender of the newest one is kept, so its stream stays open.
     events: bool,
     events_tx: Option<tokio::sync::mpsc::Sender<super::ContainerEvent>>,
+    /// The list calls answer `Unavailable` until then (a restarting containerd).
+    lists_fail_until: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -57,8 +59,6 @@ pub struct FakeRuntime {
     state: Mutex<State>,
     /// The list calls wait while this is set.
     lists_stalled: std::sync::atomic::AtomicBool,
-    /// The list calls answer `Unavailable` until then (a restarting containerd).
-    lists_fail_until: Mutex<Option<Instant>>,
 }
 
 impl FakeRuntime {
@@ -109,10 +109,7 @@ impl FakeRuntime {
     /// `ListPodSandbox` and `ListContainers` answer `Unavailable` until `until` (virtual time),
     /// as they do while containerd restarts.
     pub fn fail_lists_until(&self, until: Instant) {
-        *self
-            .lists_fail_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(until);
+        self.lock().lists_fail_until = Some(until);
     }
 
     async fn wait_lists(&self, op: &'static str) -> Result<(), CriError> {
@@ -122,11 +119,7 @@ impl FakeRuntime {
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let until = *self
-            .lists_fail_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match until {
+        match self.lock().lists_fail_until {
             Some(t) if Instant::now() < t => Err(CriError::Unavailable {
                 op,
                 id: String::new(),

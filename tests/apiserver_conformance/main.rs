@@ -24,6 +24,8 @@ mod apiserver;
 #[path = "../common/kube/mod.rs"]
 #[allow(dead_code)]
 mod kube;
+#[path = "../common/port.rs"]
+mod port;
 
 mod eviction;
 mod faults;

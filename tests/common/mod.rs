@@ -442,3 +442,4 @@ pub mod gate;
 #[path = "kube/mod.rs"]
 pub mod k8s;
 pub mod kube_node;
+pub mod port;

@@ -103,10 +103,10 @@ pub fn read_log(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
-/// A loopback address with a port free at the time of asking, for a status endpoint.
+/// A loopback address with a free port for a status endpoint (`port::free_port`: below
+/// the ephemeral range, so no outgoing connection takes it before reaplet binds it).
 pub fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    ([127, 0, 0, 1], super::port::free_port()).into()
 }
 
 /// A status endpoint answer, bounded (a hung endpoint is an answer of its own: code 0).

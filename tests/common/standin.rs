@@ -17,9 +17,7 @@ pub struct StandIn {
 
 impl StandIn {
     pub fn new(api: ApiServer, node: &str, renew: Duration) -> Self {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-        let port = l.local_addr().expect("local addr").port();
-        drop(l);
+        let port = super::port::free_port();
         StandIn {
             api,
             node: node.to_owned(),

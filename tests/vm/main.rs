@@ -21,6 +21,8 @@
 mod apiserver;
 mod guest;
 mod host;
+#[path = "../common/port.rs"]
+mod port;
 #[path = "../common/standin.rs"]
 mod standin;
 

@@ -20,7 +20,9 @@
 
 #[path = "../../../tests/common/kube/mod.rs"]
 #[allow(dead_code, unused_imports)]
-mod k8s;
+pub(crate) mod k8s;
+#[path = "../../../tests/common/port.rs"]
+mod port;
 
 mod audit;
 mod outage;
