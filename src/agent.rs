@@ -37,6 +37,10 @@ pub struct AgentConfig {
     pub cgroup_driver: CgroupDriver,
     pub cgroup_root: String,
     pub pod_manifest_path: Option<PathBuf>,
+    /// The kubelet's `staticPodPath`, when its config file was read: with reaplet's
+    /// `pod_manifest_path` the same directory, a static pod with no manifest is an orphan
+    /// ([`StaticPods::AllOfNode`]).
+    pub kubelet_static_pod_path: Option<PathBuf>,
     pub file_check_frequency: Duration,
     /// API client configuration; `None` runs from the manifest directory alone.
     pub kube: Option<kube::Config>,
@@ -88,6 +92,7 @@ impl AgentConfig {
             cgroup_driver: CgroupDriver::Cgroupfs,
             cgroup_root: cgroup_root.into(),
             pod_manifest_path: None,
+            kubelet_static_pod_path: None,
             file_check_frequency: Duration::from_secs(1),
             kube: None,
             api_qps: 100.0,
@@ -289,10 +294,11 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     authority.set_active(first.role == standby::Role::Active);
     let (authority_tx, authority_rx) = tokio::sync::watch::channel(first);
     let tracker_runtime = runtime.clone();
-    // with a manifest directory of its own, the static pods it runs are reaplet's; without
-    // one, static pods on this node are the kubelet's and are never taken for orphans
     let mut pipeline = cfg.pipeline.clone();
-    pipeline.owns_static_pods = cfg.pod_manifest_path.is_some();
+    pipeline.static_pods = file_source::static_pod_ownership(
+        cfg.pod_manifest_path.as_deref(),
+        cfg.kubelet_static_pod_path.as_deref(),
+    );
     if pipeline.volume_teardown
         && let Err(why) = crate::volumes::teardown::can_tear_down(
             std::path::Path::new("/proc"),

@@ -18,7 +18,7 @@
 
 use crate::cri::Runtime;
 use crate::pod::PodInfo;
-use crate::workers::PodWorkers;
+use crate::workers::{PodWorkers, StaticPods};
 use k8s_openapi::api::core::v1::Pod;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -46,6 +46,20 @@ pub enum ManifestError {
         path: PathBuf,
         source: crate::pod::PodError,
     },
+}
+
+/// Whose the node's static pods are, given reaplet's manifest directory and the kubelet's
+/// `staticPodPath` (when its config file was read): only the very same directory (after
+/// resolving links) makes every static `file` pod reaplet's to judge.
+pub fn static_pod_ownership(ours: Option<&Path>, kubelets: Option<&Path>) -> StaticPods {
+    let Some(ours) = ours else {
+        return StaticPods::Kubelets;
+    };
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    match kubelets {
+        Some(k) if real(k) == real(ours) => StaticPods::AllOfNode,
+        _ => StaticPods::OwnManifests,
+    }
 }
 
 /// Reads one manifest into the pod the kubelet would make of it.
@@ -170,6 +184,9 @@ pub async fn run<R: Runtime>(
     let mut dir_error: Option<String> = None;
     let mut adopted: HashMap<PathBuf, crate::pod::PodUid> = HashMap::new();
     loop {
+        // before the directory is read: a pod the kubelet starts from a manifest written after
+        // it is no orphan of this scan
+        let listed_from = crate::wall_ns();
         match manifests(&dir) {
             Ok(files) => {
                 dir_error = None;
@@ -208,7 +225,7 @@ pub async fn run<R: Runtime>(
                     }
                 }
                 known = seen;
-                workers.mark_source_synced(SOURCE);
+                workers.mark_source_synced(SOURCE, listed_from);
             }
             Err(e) => {
                 // once per distinct error, not once per scan; the known pods stay as they are
@@ -228,6 +245,26 @@ pub async fn run<R: Runtime>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_kubelets_own_directory_makes_every_static_pod_reaplets() {
+        use super::{StaticPods, static_pod_ownership as own};
+        let d = tempfile::tempdir().unwrap();
+        let (k, ours) = (d.path().join("manifests"), d.path().join("reaplet"));
+        std::fs::create_dir_all(&k).unwrap();
+        std::fs::create_dir_all(&ours).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&k, &link).unwrap();
+        assert_eq!(own(None, Some(&k)), StaticPods::Kubelets);
+        assert_eq!(own(Some(&ours), None), StaticPods::OwnManifests);
+        assert_eq!(own(Some(&ours), Some(&k)), StaticPods::OwnManifests);
+        assert_eq!(own(Some(&k), Some(&k)), StaticPods::AllOfNode);
+        assert_eq!(
+            own(Some(&link), Some(&k)),
+            StaticPods::AllOfNode,
+            "a link to it"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -618,6 +618,7 @@ async fn agent_config(
         cgroup_driver,
         cgroup_root: s.cgroup_root,
         pod_manifest_path: s.pod_manifest_path,
+        kubelet_static_pod_path: s.kubelet_static_pod_path,
         file_check_frequency: s.file_check_frequency,
         kube,
         api_qps: s.kube_api_qps,

@@ -55,6 +55,24 @@ fn lines(writes: &[Audit]) -> Vec<String> {
     writes.iter().map(|a| a.line()).collect()
 }
 
+/// Waits up to `limit` for container `id` to stop; its status.
+async fn wait_stopped(n: &KubeNode, id: &str, limit: Duration) -> reaplet::cri::ContainerDetail {
+    let start = Instant::now();
+    loop {
+        let st = n.client.container_status(id).await.unwrap();
+        if !st.state.may_run() {
+            return st;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "container {id} still runs after {:?}\nreaplet:\n{}",
+            start.elapsed(),
+            n.reaplet_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// reaplet's writes to the pod: one status PATCH with the exit code, then a DELETE with grace
 /// 0 and the pod's UID as precondition.
 #[track_caller]
@@ -130,20 +148,7 @@ async fn a_force_deleted_pod_is_killed_after_the_two_second_floor_and_nothing_is
         "a force delete removes it at once"
     );
     // grace 0 means 1, and StopContainer gets the 2 s floor: SIGKILL at 2 s, not 30
-    let start = Instant::now();
-    let st = loop {
-        let st = n.client.container_status(&id).await.unwrap();
-        if !st.state.may_run() {
-            break st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(2) + SLACK,
-            "the force-deleted pod's container still runs after {:?}\nreaplet:\n{}",
-            start.elapsed(),
-            n.reaplet_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let st = wait_stopped(&n, &id, Duration::from_secs(2) + SLACK).await;
     common::assert_stopped(&st, t0, 137, 1.9..12.0);
     let w = n.pod_writes("reaplet/", "forced");
     assert!(
@@ -195,11 +200,13 @@ async fn a_pod_deleted_while_neither_agent_ran_is_ended_when_reaplet_starts() {
     n.assert_nothing_left(&uid(&p)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kubelets_static_pod_and_its_mirror_are_left_alone() {
-    let mut n = KubeNode::start("ho-static").await;
+/// The kubelet runs a TERM-ignoring static pod `web` (grace 2) from its `staticPodPath`,
+/// with its mirror pod; then it is stopped. The node, the mirror pod's name and object, the
+/// container's ID and the manifest's path.
+async fn kubelets_static_pod(name: &str) -> (KubeNode, String, Value, String, std::path::PathBuf) {
+    let n = KubeNode::start(name).await;
     let node = common::kube_node::NODE;
-    n.kubelet.add_static_pod(
+    let manifest = n.kubelet.add_static_pod(
         "web.yaml",
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: default}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: {}\n    imagePullPolicy: Never\n    command: [sh, -c, \"{}\"]\n",
@@ -214,10 +221,19 @@ async fn the_kubelets_static_pod_and_its_mirror_are_left_alone() {
         "{mirror:#}"
     );
     let id = container_id(&mirror);
+    let mut n = n;
     n.kubelet.stop();
-    n.start_reaplet(&["--authority", "primary"]);
+    (n, mirror_name, mirror, id, manifest)
+}
+
+/// reaplet, started with `extra`, leaves the kubelet's static pod running for the whole
+/// window and writes nothing to its mirror pod.
+async fn static_pod_left_alone(name: &str, extra: &[&str]) {
+    let (mut n, mirror_name, _, id, _) = kubelets_static_pod(name).await;
+    let mut args = vec!["--authority", "primary"];
+    args.extend_from_slice(extra);
+    n.start_reaplet(&args);
     n.wait_log("pod list from the API server", LISTED).await;
-    // its manifest is the kubelet's (staticPodPath of the kubelet's file): never an orphan
     common::assert_runs_for(
         &n.client,
         &id,
@@ -236,6 +252,48 @@ async fn the_kubelets_static_pod_and_its_mirror_are_left_alone() {
         "reaplet wrote to the mirror pod: {:#?}",
         lines(&w)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_static_pod_and_its_mirror_are_left_alone() {
+    // its manifest is the kubelet's (staticPodPath of the kubelet's file): never an orphan
+    static_pod_left_alone("ho-static", &[]).await;
+}
+
+/// Issue 28, item 3: reaplet reads a manifest directory of its own (not the kubelet's
+/// `staticPodPath`); the kubelet's static pod is in none of its manifests and is still the
+/// kubelet's, never an orphan killed with grace 1 (an etcd on a control-plane node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_static_pod_is_left_alone_beside_a_manifest_directory_of_reaplets() {
+    let own = tempfile::tempdir().unwrap();
+    let dir = own.path().display().to_string();
+    static_pod_left_alone("ho-static-own", &["--pod-manifest-path", &dir]).await;
+}
+
+/// With the kubelet's own `staticPodPath` as its manifest directory reaplet judges static
+/// pods as the kubelet does: one whose manifest was removed while no agent ran is an orphan,
+/// ended with grace 1 (SIGKILL at the 2 s floor) and nothing written to its mirror pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_whose_manifest_went_while_no_agent_ran_is_an_orphan_in_the_kubelets_directory()
+ {
+    let (mut n, mirror_name, mirror, id, manifest) = kubelets_static_pod("ho-static-gone").await;
+    std::fs::remove_file(&manifest).unwrap();
+    let dir = n.kubelet.static_pod_path.display().to_string();
+    let t0 = reaplet::wall_ns();
+    n.start_reaplet(&["--authority", "primary", "--pod-manifest-path", &dir]);
+    let st = wait_stopped(&n, &id, LISTED + Duration::from_secs(2) + SLACK).await;
+    common::assert_stopped(&st, t0, 137, 1.9..(LISTED + SLACK).as_secs_f64());
+    let w = n.pod_writes("reaplet/", &mirror_name);
+    assert!(
+        w.is_empty(),
+        "reaplet wrote to the mirror pod: {:#?}",
+        lines(&w)
+    );
+    // the runtime's pod has the static pod's UID, which the mirror pod names
+    let static_uid = mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+        .as_str()
+        .unwrap();
+    n.wait_nothing_left(static_uid, SLACK).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

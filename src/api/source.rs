@@ -123,6 +123,7 @@ pub async fn run<R: Runtime>(
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
     let mut raw: Vec<Arc<Pod>> = Vec::new();
+    let mut listed_from = crate::wall_ns();
     'restart: loop {
         let stream = watcher(api.clone(), config.clone()).modify(|p| {
             p.managed_fields_mut().clear();
@@ -164,6 +165,8 @@ pub async fn run<R: Runtime>(
                 Ok(watcher::Event::Init) => {
                     batch.clear();
                     raw.clear();
+                    // before the list is asked for: its snapshot is no older
+                    listed_from = crate::wall_ns();
                     list_deadline = Some(Instant::now() + LIST_TIMEOUT);
                 }
                 Ok(watcher::Event::InitApply(p)) => {
@@ -196,7 +199,7 @@ pub async fn run<R: Runtime>(
                     if let Some(f) = &feed {
                         f.send(PodChange::Listed(std::mem::take(&mut raw)));
                     }
-                    workers.mark_source_synced(SOURCE);
+                    workers.mark_source_synced(SOURCE, listed_from);
                     tracing::info!(pods = known.len(), "pod list from the API server");
                 }
                 Ok(watcher::Event::Apply(p)) => {

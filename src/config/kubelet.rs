@@ -6,11 +6,12 @@
 //!
 //! Invariants:
 //! * `staticPodPath` is read as the **kubelet's** manifest directory, never as reaplet's own
-//!   `podManifestPath`: owning a manifest directory makes reaplet judge the runtime's static
-//!   pods against it (a static pod with no manifest is an orphan), which beside a live kubelet
+//!   `podManifestPath`: reading the kubelet's directory makes reaplet judge every static pod
+//!   against it (a static pod with no manifest is an orphan), which beside a live kubelet
 //!   would race its static pod updates (an upgraded control-plane manifest runs under a new
 //!   UID while the old pod still runs) and could stop the control plane. It is reported as
-//!   [`KubeletFile::static_pod_path`]; reaplet runs a manifest directory only when its own file
+//!   [`KubeletFile::static_pod_path`] (compared with reaplet's own directory: see
+//!   [`crate::workers::StaticPods`]); reaplet runs a manifest directory only when its own file
 //!   or flag names one;
 //! * only the fields in [`HONOURED`] are read; every other field present is listed in
 //!   [`KubeletFile::ignored`] (nested ones as `logging.verbosity`), never an error, so the file

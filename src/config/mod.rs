@@ -351,6 +351,9 @@ pub struct Settings {
     pub kubeconfig: Option<PathBuf>,
     /// The kubelet's config file the kubelet-shared settings were read from, if any.
     pub kubelet_config: Option<PathBuf>,
+    /// That file's `staticPodPath` (absolute): the kubelet's manifest directory, never
+    /// reaplet's own; reaplet compares its `podManifestPath` with it.
+    pub kubelet_static_pod_path: Option<PathBuf>,
     /// The node name (already lower-cased); `None`: the caller uses the host name.
     pub hostname_override: Option<String>,
     pub container_runtime_endpoint: String,
@@ -545,6 +548,7 @@ fn resolve_over(
     Ok(Settings {
         kubeconfig,
         kubelet_config,
+        kubelet_static_pod_path: None,
         hostname_override,
         container_runtime_endpoint: endpoint,
         runtime_request_timeout,
@@ -696,6 +700,7 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
         Some(&path),
     )?;
     settings.kubelet_config = Some(path.clone());
+    settings.kubelet_static_pod_path = file.static_pod_path.clone();
     Ok(Loaded {
         settings,
         kubelet: Some(KubeletSummary {

@@ -99,6 +99,26 @@ impl FakeRuntime {
         }
     }
 
+    /// Pod `uid`'s sandboxes and containers were created at `at_ns` (wall-clock ns).
+    pub fn set_created(&self, uid: &str, at_ns: i64) {
+        let mut s = self.lock();
+        for sb in s.sandboxes.iter_mut().filter(|sb| sb.pod_uid == uid) {
+            sb.created_at = at_ns;
+        }
+        for (c, _, _) in s.containers.iter_mut().filter(|(c, _, _)| c.pod_uid == uid) {
+            c.created_at = at_ns;
+        }
+    }
+
+    /// Pod `uid`'s sandboxes carry the annotation `key: value` (the kubelet's
+    /// `kubernetes.io/config.source`, say).
+    pub fn annotate_sandboxes(&self, uid: &str, key: &str, value: &str) {
+        let mut s = self.lock();
+        for sb in s.sandboxes.iter_mut().filter(|sb| sb.pod_uid == uid) {
+            sb.annotations.insert(key.into(), value.into());
+        }
+    }
+
     /// Stalls (or releases) `ListPodSandbox` and `ListContainers`: while stalled they wait
     /// (their callers' deadlines cut them), and answer once released.
     pub fn stall_lists(&self, stalled: bool) {

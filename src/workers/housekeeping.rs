@@ -12,8 +12,9 @@
 //!   beside its beat timer, beating every [`BEAT`]; a relist's two lists are bounded by
 //!   [`relist_deadline`], the rest of a pass by each call's request timeout, and every
 //!   relist's outcome is told to the runtime's health;
-//! * a runtime pod unknown to every source is an orphan only if it predates the moment every
-//!   source had delivered a complete list (a newer one may simply not have reached reaplet);
+//! * a runtime pod unknown to every source is an orphan only if it predates every source's
+//!   last complete list, as of when that list was asked for (a newer one may simply not have
+//!   reached reaplet);
 //! * natural completion needs every regular container's newest instance exited, and for
 //!   `OnFailure` every exit code 0;
 //! * every pod it ends goes through the same seam as the sources ([`KillRequest`]);
@@ -31,7 +32,7 @@
 use super::runtime_health::{BEAT, relist_deadline};
 use super::subscription::{Exits, Next, Subscription};
 use super::sweeps::Sweeps;
-use super::{KillRequest, PodSource, PodWorkers};
+use super::{KillRequest, PodSource, PodWorkers, StaticPods};
 use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
 use crate::grace;
 use crate::lifecycle::{KillReason, PodPhase};
@@ -459,17 +460,18 @@ impl<R: Runtime> PodWorkers<R> {
                 continue;
             }
             // the kubelet's static pods are never orphans (their API objects are mirror pods
-            // under other UIDs), unless reaplet runs this node's manifest directory itself
-            if !self.inner.config.owns_static_pods
-                && !reg.workers.contains_key(uid)
+            // under other UIDs), unless reaplet reads the kubelet's own manifest directory
+            if !reg.workers.contains_key(uid)
                 && let Some(source) = static_source(sbs)
+                && (self.inner.config.static_pods != StaticPods::AllOfNode
+                    || source == StaticSource::Http)
             {
                 if reg.left_alone.insert(uid.clone()) {
                     let key = sbs
                         .first()
                         .map(|s| format!("{}/{}", s.pod_namespace, s.pod_name))
                         .unwrap_or_default();
-                    tracing::info!(pod = %key, podUID = %uid, source, "static pod of the kubelet's own sources; left alone");
+                    tracing::info!(pod = %key, podUID = %uid, source = source.as_str(), "static pod of the kubelet's own sources; left alone");
                 }
                 continue;
             }
@@ -566,17 +568,33 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// The kubelet's config source of a static runtime pod (`file`, `http`), from its sandboxes'
-/// `kubernetes.io/config.source` annotation (`pkg/kubelet/config/common.go`).
-fn static_source(sbs: &[&crate::cri::RuntimeSandbox]) -> Option<&'static str> {
+/// The kubelet's config source of a static pod (`pkg/kubelet/config/common.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StaticSource {
+    File,
+    Http,
+}
+
+impl StaticSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::File => "file",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// A static runtime pod's source, from its sandboxes' `kubernetes.io/config.source`
+/// annotation.
+fn static_source(sbs: &[&crate::cri::RuntimeSandbox]) -> Option<StaticSource> {
     sbs.iter().find_map(|s| {
         match s
             .annotations
             .get("kubernetes.io/config.source")
             .map(String::as_str)
         {
-            Some("file") => Some("file"),
-            Some("http") => Some("http"),
+            Some("file") => Some(StaticSource::File),
+            Some("http") => Some(StaticSource::Http),
             _ => None,
         }
     })

@@ -28,8 +28,8 @@
 //!   never kills a pod;
 //! * orphans are acted on only once every pod source has delivered a complete list;
 //! * the kubelet's static pods (sandbox annotation `kubernetes.io/config.source` `file` or
-//!   `http`) are never orphans unless reaplet owns the manifest directory; mirror pods in the
-//!   API are the kubelet's and are not fed to the workers;
+//!   `http`) are never orphans unless reaplet's manifest directory is the kubelet's own
+//!   ([`StaticPods`]); mirror pods in the API are the kubelet's and are not fed to the workers;
 //! * a transition never waits for a poll: a kill completes when the runtime's stop calls
 //!   return, and the runtime is re-read right away.
 
@@ -40,6 +40,8 @@ mod subscription;
 mod sweeps;
 mod worker;
 
+#[cfg(test)]
+mod judge_tests;
 #[cfg(test)]
 mod tests;
 
@@ -89,10 +91,8 @@ pub struct PipelineConfig {
     pub container_events: bool,
     /// A kill still running this long after its deadline gets an `ExceededGracePeriod` event.
     pub exceeded_grace_slack: Duration,
-    /// reaplet runs this node's static pods (it has a manifest directory): a static runtime
-    /// pod none of its manifests has is then an orphan. Otherwise static pods
-    /// (`kubernetes.io/config.source: file|http`) are the kubelet's and never touched.
-    pub owns_static_pods: bool,
+    /// Whose the node's static runtime pods (`kubernetes.io/config.source: file|http`) are.
+    pub static_pods: StaticPods,
     /// A leftover pod cgroup or directory is swept only once untouched this long (a pod the
     /// kubelet is still starting has both before its sandbox).
     pub orphan_min_age: Duration,
@@ -100,6 +100,23 @@ pub struct PipelineConfig {
     /// with the reason and a `ContainerRuntimeUnhealthy` event is recorded once (kubelet:
     /// `maxWaitForContainerRuntime`, 30 s, after which the node's runtime is reported down).
     pub runtime_unhealthy_after: Duration,
+}
+
+/// Whose the static pods the runtime runs are: which of them a relist may take for orphans.
+/// A static pod one of reaplet's manifests has is desired in every case, and one whose
+/// manifest reaplet saw removed is ended by that removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaticPods {
+    /// reaplet reads no manifest directory: every static pod is the kubelet's, never touched.
+    Kubelets,
+    /// reaplet reads a manifest directory of its own, not the kubelet's `staticPodPath` (or
+    /// that is unknown): a static pod none of its manifests has may be the kubelet's (an etcd
+    /// or kube-apiserver of a control-plane node) and is never an orphan.
+    OwnManifests,
+    /// reaplet's manifest directory is the kubelet's `staticPodPath`: it sees every static
+    /// manifest of the node, and a `file` static pod with none is an orphan, as the kubelet
+    /// judges it (`http` ones are still the kubelet's).
+    AllOfNode,
 }
 
 impl Default for PipelineConfig {
@@ -114,7 +131,7 @@ impl Default for PipelineConfig {
             relist_period_with_events: Duration::from_secs(10),
             container_events: true,
             exceeded_grace_slack: Duration::from_secs(10),
-            owns_static_pods: false,
+            static_pods: StaticPods::Kubelets,
             orphan_min_age: Duration::from_secs(120),
             runtime_unhealthy_after: Duration::from_secs(30),
         }
@@ -391,10 +408,13 @@ impl<R: Runtime> PodWorkers<R> {
     }
 
     /// Source `name` has just delivered a complete list (call it for every one: the initial
-    /// list, re-lists, each directory scan). With no sources expected, the first call syncs.
-    pub fn mark_source_synced(&self, name: &'static str) {
+    /// list, re-lists, each directory scan) whose snapshot is no older than `listed_from`
+    /// (wall-clock ns taken before the list was asked for: a runtime pod created after it may
+    /// be one the list missed and the watch has not delivered yet, never an orphan). With no
+    /// sources expected, the first call syncs.
+    pub fn mark_source_synced(&self, name: &'static str, listed_from: i64) {
         let mut reg = self.registry();
-        reg.last_list.insert(name, wall_ns());
+        reg.last_list.insert(name, listed_from);
         let all = reg.sources.iter().all(|s| reg.last_list.contains_key(s));
         if !all {
             return;

@@ -55,6 +55,11 @@ pub(super) struct Rig {
 }
 
 pub(super) fn rig() -> Rig {
+    rig_with(|_| {})
+}
+
+/// [`rig`] with its pipeline configuration changed by `change`.
+pub(super) fn rig_with(change: impl FnOnce(&mut PipelineConfig)) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let mountinfo = dir.path().join("mountinfo");
     std::fs::write(&mountinfo, "").unwrap();
@@ -71,14 +76,16 @@ pub(super) fn rig() -> Rig {
     let (sink, events) = EventSink::channel(64);
     let authority = Arc::new(Authority::default());
     let cancel = CancellationToken::new();
+    let mut config = PipelineConfig {
+        root_dir: dir.path().join("kubelet"),
+        mountinfo,
+        ..PipelineConfig::default()
+    };
+    change(&mut config);
     let workers = PodWorkers::new(
         rt.clone(),
         cgroups,
-        PipelineConfig {
-            root_dir: dir.path().join("kubelet"),
-            mountinfo,
-            ..PipelineConfig::default()
-        },
+        config,
         sink,
         authority.clone(),
         cancel.clone(),
@@ -144,7 +151,7 @@ mod with_fake_runtime {
         for p in pods {
             w.upsert(p.clone());
         }
-        w.mark_source_synced("test");
+        w.mark_source_synced("test", crate::wall_ns());
     }
 
     async fn until(w: &PodWorkers<FakeRuntime>, uid: &str, phase: PodPhase) -> Instant {

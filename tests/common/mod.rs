@@ -92,7 +92,7 @@ impl Harness {
         for p in pods {
             self.workers.upsert(p);
         }
-        self.workers.mark_source_synced("test");
+        self.workers.mark_source_synced("test", reaplet::wall_ns());
     }
 
     /// Waits until the pod reaches `phase` (panics after `limit`).
