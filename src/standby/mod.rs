@@ -29,10 +29,14 @@
 //!
 //! # The rule in standby
 //!
-//! Take over ([`Role::Active`]) only when **both** signals say the kubelet is gone: the Lease
-//! has not been renewed for longer than the threshold (default 40 s) **and** the health endpoint
-//! fails (an error status, a timeout, or nothing listening: the process is gone). One signal
-//! alone is a warning ([`Reason::LeaseStale`], [`Reason::HealthzFailing`]), never a takeover.
+//! Take over ([`Role::Active`]) only when **both** signals say the kubelet is gone: a Lease
+//! *read* (no older than a quarter of the threshold) shows it not renewed for longer than the
+//! threshold (default 40 s) **and** the health endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`]
+//! probes in a row (an error status, a timeout, or nothing listening: the process is gone). A
+//! Lease that cannot be read (the API down for reaplet, no permission) is not a stale Lease:
+//! the endpoint alone never takes over ([`Reason::LeaseUnread`]), and one slow answer or a
+//! kubelet restarting is not a dead kubelet ([`Reason::KubeletMayBeGone`]). One signal alone is
+//! a warning ([`Reason::LeaseStale`], [`Reason::HealthzFailing`]), never a takeover.
 //!
 //! Once active, the decision has memory (hysteresis): reaplet stays active until the Lease is
 //! seen renewed *after* the moment it became active (the takeover, or the start), and hands
@@ -55,8 +59,9 @@
 //! `renewTime`, or a Lease appearing where there was none (a kubelet registering). The first
 //! look of [`run`] follows the start decision at once; a renewal that falls between the two
 //! reads is not seen as one, and a hand-back from an active start then waits for the next
-//! renewal (10 s later). A Lease that cannot be read (API down) is not renewed as far as
-//! reaplet knows: its age grows, and an active reaplet stays active. One look takes the Lease
+//! renewal (10 s later). A Lease that cannot be read (API down) is neither renewed nor stale
+//! as far as reaplet knows: a passive reaplet stays passive, an active one stays active until
+//! it reads a renewal. One look takes the Lease
 //! GET (bounded by [`crate::api::REQUEST_TIMEOUT`]) and the probe together: an API that hangs
 //! delays the next decision by up to that bound.
 //!
@@ -68,8 +73,9 @@
 //!
 //! * while the kubelet is alive by either signal, reaplet starts no kill: both agents never
 //!   start on the same pod while the kubelet is up;
-//! * a takeover needs the Lease unrenewed for the threshold (40 s, four missed renewals) and the
-//!   local endpoint failing at the same evaluation. A kubelet that is wedged yet answers
+//! * a takeover needs a recent Lease read showing it unrenewed for the threshold (40 s, four
+//!   missed renewals) and the local endpoint failing on three probes in a row up to that
+//!   evaluation. A kubelet that is wedged yet answers
 //!   `/healthz`, or dead for the API yet alive locally, keeps reaplet passive. What is *not*
 //!   excluded: a kubelet that stops renewing and answering for 40 s and then resumes work
 //!   without renewing first (its pod workers run independently of its Lease loop), or, in auto
@@ -228,6 +234,12 @@ pub enum Reason {
     LeaseStale,
     /// Standby, a warning: the endpoint fails but the Lease is renewed.
     HealthzFailing,
+    /// Standby, a warning: the endpoint fails and the Lease was not read lately (the API down
+    /// or refusing): no takeover on the endpoint alone.
+    LeaseUnread,
+    /// Standby, a warning: the Lease is stale and the endpoint fails, not yet on
+    /// [`FAILED_PROBES_TO_TAKE_OVER`] probes in a row.
+    KubeletMayBeGone,
     /// Standby, active: the Lease is stale (not renewed since the takeover) and the endpoint
     /// fails.
     KubeletGone,
@@ -257,8 +269,16 @@ impl Reason {
             Self::HealthzFailing => {
                 "standby: the kubelet's healthz fails but its Lease is renewed (warning)"
             }
+            Self::LeaseUnread => {
+                "standby: the kubelet's healthz fails and the node Lease could not be read \
+                 lately: no takeover on the kubelet's health alone (warning)"
+            }
+            Self::KubeletMayBeGone => {
+                "standby: the node Lease is stale and the kubelet's healthz fails, not yet on \
+                 three probes in a row (warning)"
+            }
             Self::KubeletGone => {
-                "took over: the node Lease is stale and the kubelet's healthz fails"
+                "took over: the node Lease is read stale and the kubelet's healthz fails"
             }
             Self::HealthzBackNoRenewal => {
                 "active: the kubelet answers healthz again but has not renewed its Lease since \
@@ -271,7 +291,11 @@ impl Reason {
     pub fn is_warning(self) -> bool {
         matches!(
             self,
-            Self::LeaseStale | Self::HealthzFailing | Self::HealthzBackNoRenewal
+            Self::LeaseStale
+                | Self::HealthzFailing
+                | Self::LeaseUnread
+                | Self::KubeletMayBeGone
+                | Self::HealthzBackNoRenewal
         )
     }
 }
@@ -319,20 +343,39 @@ pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart)
     }
 }
 
-/// The role in standby (pure): `renewed` is when reaplet last saw the Lease renewed (monotonic,
-/// see the module doc), `threshold` the takeover delay, `active_since` the current role: `None`
-/// when passive, `Some(t)` when active since `t` (the takeover, or the start). Primary is always
-/// active.
+/// How many probes of the health endpoint in a row must fail for a takeover: one slow answer
+/// or a kubelet restarting (a fraction of a second) is not a dead kubelet.
+pub const FAILED_PROBES_TO_TAKE_OVER: u32 = 3;
+
+/// What reaplet has seen of the two signals, for [`decide`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signals {
+    /// When reaplet last saw the Lease renewed (monotonic, see the module doc; the start and
+    /// the first read count as one).
+    pub renewed: Instant,
+    /// When the Lease was last read (`None`: never). Only a read can show the Lease stale: one
+    /// that cannot be read (the API down, no permission) is not a stale Lease.
+    pub read: Option<Instant>,
+    /// The last probe of the health endpoint.
+    pub health: Health,
+    /// How many probes in a row have failed, the last one included (0 when it answered).
+    pub failed_probes: u32,
+}
+
+/// The role in standby (pure): `threshold` is the takeover delay, `active_since` the current
+/// role: `None` when passive, `Some(t)` when active since `t` (the takeover, or the start).
+/// Primary is always active.
 ///
-/// Passive: active only when the Lease is unrenewed for longer than `threshold` and the
-/// endpoint fails. Active (hysteresis): passive only when a renewal was seen after `t`
-/// (`renewed > t`), whatever the endpoint says; the endpoint alone never hands back.
+/// Passive: active only when a Lease read no older than a quarter of `threshold` (one of the
+/// kubelet's 10 s renewals by default) saw it unrenewed for longer than `threshold`, and the
+/// endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`] probes in a row. Active (hysteresis):
+/// passive only when a renewal was seen after `t` (`renewed > t`), whatever the endpoint says;
+/// the endpoint alone never hands back.
 pub fn decide(
     mode: Mode,
     threshold: Duration,
     now: Instant,
-    renewed: Instant,
-    health: Health,
+    seen: Signals,
     active_since: Option<Instant>,
 ) -> Decision {
     if mode == Mode::Primary {
@@ -342,9 +385,9 @@ pub fn decide(
             reason: Reason::ConfiguredPrimary,
         };
     }
-    let failing = health != Health::Ok;
+    let failing = seen.health != Health::Ok;
     if let Some(since) = active_since {
-        let (role, reason) = match (renewed > since, failing) {
+        let (role, reason) = match (seen.renewed > since, failing) {
             // a renewal after the takeover: the kubelet is back, hand back
             (true, true) => (Role::Passive, Reason::HealthzFailing),
             (true, false) => (Role::Passive, Reason::KubeletAlive),
@@ -353,12 +396,28 @@ pub fn decide(
         };
         return Decision { mode, role, reason };
     }
-    let stale = now.saturating_duration_since(renewed) > threshold;
-    let (role, reason) = match (stale, failing) {
-        (true, true) => (Role::Active, Reason::KubeletGone),
-        (true, false) => (Role::Passive, Reason::LeaseStale),
-        (false, true) => (Role::Passive, Reason::HealthzFailing),
-        (false, false) => (Role::Passive, Reason::KubeletAlive),
+    let read_lately = seen
+        .read
+        .filter(|r| now.saturating_duration_since(*r) <= threshold / 4);
+    let Some(read) = read_lately else {
+        let reason = match failing {
+            true => Reason::LeaseUnread,
+            false => Reason::KubeletAlive,
+        };
+        return Decision {
+            mode,
+            role: Role::Passive,
+            reason,
+        };
+    };
+    let stale = read.saturating_duration_since(seen.renewed) > threshold;
+    let gone = seen.failed_probes >= FAILED_PROBES_TO_TAKE_OVER;
+    let (role, reason) = match (stale, failing, gone) {
+        (true, _, true) => (Role::Active, Reason::KubeletGone),
+        (true, true, false) => (Role::Passive, Reason::KubeletMayBeGone),
+        (true, false, _) => (Role::Passive, Reason::LeaseStale),
+        (false, true, _) => (Role::Passive, Reason::HealthzFailing),
+        (false, false, _) => (Role::Passive, Reason::KubeletAlive),
     };
     Decision { mode, role, reason }
 }
@@ -525,7 +584,7 @@ pub async fn run(
     }
     let leases: kube::Api<Lease> = kube::Api::namespaced(client, LEASE_NAMESPACE);
     // the last renewTime read, and whether the Lease was read at all yet
-    let (mut seen, mut looked): (Option<String>, bool) = (None, false);
+    let mut seen: Option<String> = None;
     let start = Instant::now();
     let mut renewed = start;
     // active at start (auto, Lease missing or stale): active since the start, until a renewal
@@ -540,6 +599,8 @@ pub async fn run(
         max: LEASE_BACKOFF_MAX,
     });
     let mut lease_failing = false;
+    // the last Lease read that got an answer, and the probes failed in a row
+    let (mut read_at, mut failed_probes): (Option<Instant>, u32) = (None, 0);
     loop {
         let read = Instant::now() >= lease_due && api_health.is_reachable();
         let (lease, health) = tokio::join!(
@@ -582,30 +643,32 @@ pub async fn run(
                 // after the first read, any new renewTime is a renewal (also one appearing on
                 // a Lease that was missing at the first read: a kubelet registering)
                 if t.is_some() && t != seen {
-                    if looked {
+                    if read_at.is_some() {
                         renewed = Instant::now();
                     }
                     seen = t;
                 }
-                looked = true;
+                read_at = Some(Instant::now());
             }
             Some(Err(e)) if first_failure => {
                 tracing::warn!(err = %e, "node Lease unreadable; no takeover on the kubelet's health alone")
             }
             Some(Err(e)) => tracing::debug!(err = %e, "node Lease still unreadable"),
         }
+        failed_probes = match health {
+            Health::Ok => 0,
+            Health::Failed | Health::Gone => failed_probes.saturating_add(1),
+        };
         let now = Instant::now();
-        // a Lease never read (no permission, API down since the start) is no signal: the
-        // endpoint alone never takes over
-        let renewed_seen = if looked { renewed } else { now };
-        let d = decide(
-            Mode::Standby,
-            cfg.takeover_after,
-            now,
-            renewed_seen,
+        // a Lease not read lately (no permission, the API down) is no signal: the endpoint
+        // alone never takes over
+        let seen = Signals {
+            renewed,
+            read: read_at,
             health,
-            active_since,
-        );
+            failed_probes,
+        };
+        let d = decide(Mode::Standby, cfg.takeover_after, now, seen, active_since);
         if d.role != last.role {
             active_since = (d.role == Role::Active).then_some(now);
         }
@@ -613,10 +676,15 @@ pub async fn run(
             let age = renewed.elapsed();
             authority.set_active(d.role == Role::Active);
             let msg = format!(
-                "{} (no Lease renewal seen for {:.0?}, healthz {})",
+                "{} (no Lease renewal seen for {:.0?}, Lease last read {}, healthz {}{})",
                 d.reason.as_str(),
                 age,
-                health.as_str()
+                read_at.map_or("never".into(), |r| format!("{:.0?} ago", r.elapsed())),
+                health.as_str(),
+                match failed_probes {
+                    0 | 1 => String::new(),
+                    n => format!(" on {n} probes in a row"),
+                }
             );
             // a change of role: the Node event's own log line is the one line
             match (last.role, d.role) {

@@ -3,6 +3,32 @@ use super::*;
 
 const T: Duration = Duration::from_secs(40);
 
+/// The standby decision now, from [`seen`].
+fn look(renewed: Instant, health: Health, active_since: Option<Instant>) -> Decision {
+    let now = Instant::now();
+    decide(
+        Mode::Standby,
+        T,
+        now,
+        seen(now, renewed, health),
+        active_since,
+    )
+}
+
+/// A look at `now`: the Lease read then, last seen renewed at `renewed`, and the endpoint's
+/// `health` (failing on enough probes in a row for a takeover when it fails).
+fn seen(now: Instant, renewed: Instant, health: Health) -> Signals {
+    Signals {
+        renewed,
+        read: Some(now),
+        health,
+        failed_probes: match health {
+            Health::Ok => 0,
+            _ => FAILED_PROBES_TO_TAKE_OVER,
+        },
+    }
+}
+
 #[test]
 fn auto_is_always_standby_passive_when_a_kubelet_holds_the_lease_active_otherwise() {
     use AuthoritySetting::*;
@@ -50,30 +76,23 @@ fn auto_is_always_standby_passive_when_a_kubelet_holds_the_lease_active_otherwis
 async fn standby_takes_over_only_when_both_signals_say_gone() {
     let renewed = Instant::now();
     tokio::time::advance(T).await;
-    let at_threshold = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Gone,
-        None,
-    );
+    let at_threshold = look(renewed, Health::Gone, None);
     assert_eq!(at_threshold.role, Role::Passive, "not longer than 40 s yet");
     assert_eq!(at_threshold.reason, Reason::HealthzFailing);
     tokio::time::advance(Duration::from_millis(1)).await;
     let now = Instant::now();
     for h in [Health::Failed, Health::Gone] {
-        let d = decide(Mode::Standby, T, now, renewed, h, None);
+        let d = look(renewed, h, None);
         assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
     }
     // one signal alone: a warning, never a takeover
-    let d = decide(Mode::Standby, T, now, renewed, Health::Ok, None);
+    let d = look(renewed, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::LeaseStale));
     assert!(d.reason.is_warning());
-    let d = decide(Mode::Standby, T, now, now, Health::Failed, None);
+    let d = look(now, Health::Failed, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     assert!(d.reason.is_warning());
-    let d = decide(Mode::Standby, T, now, now, Health::Ok, None);
+    let d = look(now, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
     assert!(!d.reason.is_warning());
 }
@@ -83,32 +102,18 @@ async fn standby_hands_back_as_soon_as_the_lease_renews_whatever_healthz_says() 
     let renewed = Instant::now();
     tokio::time::advance(Duration::from_secs(300)).await;
     let took_over = Instant::now();
-    let d = decide(Mode::Standby, T, took_over, renewed, Health::Gone, None);
+    let d = look(renewed, Health::Gone, None);
     assert_eq!(d.role, Role::Active);
     // no renewal since the takeover: still active
     tokio::time::advance(Duration::from_secs(2)).await;
-    let d = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Gone,
-        Some(took_over),
-    );
+    let d = look(renewed, Health::Gone, Some(took_over));
     assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
     // the renewal is seen: passive at once, even while healthz still fails
     let renewed = Instant::now();
-    let d = decide(
-        Mode::Standby,
-        T,
-        renewed,
-        renewed,
-        Health::Gone,
-        Some(took_over),
-    );
+    let d = look(renewed, Health::Gone, Some(took_over));
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     tokio::time::advance(Duration::from_secs(1)).await;
-    let d = decide(Mode::Standby, T, Instant::now(), renewed, Health::Ok, None);
+    let d = look(renewed, Health::Ok, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
 }
 
@@ -117,7 +122,7 @@ async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaple
     let renewed = Instant::now();
     tokio::time::advance(T + Duration::from_secs(1)).await;
     let took_over = Instant::now();
-    let d = decide(Mode::Standby, T, took_over, renewed, Health::Gone, None);
+    let d = look(renewed, Health::Gone, None);
     assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
     // the kubelet comes up for a few seconds, crashes, comes up again: never renews
     for (secs, health) in [
@@ -129,14 +134,7 @@ async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaple
         (60, Health::Ok),
     ] {
         tokio::time::advance(Duration::from_secs(secs)).await;
-        let d = decide(
-            Mode::Standby,
-            T,
-            Instant::now(),
-            renewed,
-            health,
-            Some(took_over),
-        );
+        let d = look(renewed, health, Some(took_over));
         let reason = if health == Health::Ok {
             Reason::HealthzBackNoRenewal
         } else {
@@ -147,24 +145,10 @@ async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaple
     assert!(Reason::HealthzBackNoRenewal.is_warning());
     // it finally renews: passive, and the endpoint failing right after does not take over
     let renewed = Instant::now();
-    let d = decide(
-        Mode::Standby,
-        T,
-        renewed,
-        renewed,
-        Health::Ok,
-        Some(took_over),
-    );
+    let d = look(renewed, Health::Ok, Some(took_over));
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
     tokio::time::advance(Duration::from_secs(5)).await;
-    let d = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Gone,
-        None,
-    );
+    let d = look(renewed, Health::Gone, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
 }
 
@@ -181,45 +165,24 @@ async fn a_reboot_starts_passive_and_takes_over_only_by_the_rule() {
     // nothing answers yet, within the threshold: passive (before: active at once, beside a
     // kubelet about to start)
     tokio::time::advance(Duration::from_secs(2)).await;
-    let d = decide(Mode::Standby, T, Instant::now(), start, Health::Gone, None);
+    let d = look(start, Health::Gone, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     let active_since: Option<Instant> = None;
     // its first renewal is seen: passive
     tokio::time::advance(Duration::from_secs(3)).await;
     let renewed = Instant::now();
-    let d = decide(Mode::Standby, T, renewed, renewed, Health::Ok, active_since);
+    let d = look(renewed, Health::Ok, active_since);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
     // it dies: passive while only one signal says so, and up to the threshold
     tokio::time::advance(Duration::from_secs(1)).await;
-    let d = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Gone,
-        None,
-    );
+    let d = look(renewed, Health::Gone, None);
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::HealthzFailing));
     tokio::time::advance(T - Duration::from_secs(1)).await;
-    let d = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Gone,
-        None,
-    );
+    let d = look(renewed, Health::Gone, None);
     assert_eq!(d.role, Role::Passive, "not longer than the threshold yet");
     // past the threshold, the Lease unrenewed and healthz failing: active again
     tokio::time::advance(Duration::from_millis(1)).await;
-    let d = decide(
-        Mode::Standby,
-        T,
-        Instant::now(),
-        renewed,
-        Health::Failed,
-        None,
-    );
+    let d = look(renewed, Health::Failed, None);
     assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
 }
 
@@ -228,7 +191,10 @@ async fn primary_is_always_active() {
     let renewed = Instant::now();
     tokio::time::advance(Duration::from_secs(1)).await;
     for h in [Health::Ok, Health::Failed, Health::Gone] {
-        let d = decide(Mode::Primary, T, Instant::now(), renewed, h, None);
+        let d = {
+            let now = Instant::now();
+            decide(Mode::Primary, T, now, seen(now, renewed, h), None)
+        };
         assert_eq!(
             (d.role, d.reason),
             (Role::Active, Reason::ConfiguredPrimary)
@@ -276,4 +242,97 @@ async fn probe_reads_refused_as_gone_and_errors_as_failed() {
         probe(&url, Duration::from_millis(200)).await,
         Health::Failed
     );
+}
+
+/// Issue 28, item 2: the Lease last read long ago (the API down for reaplet) is not stale,
+/// whatever the endpoint says: no takeover on the kubelet's health alone.
+#[tokio::test(start_paused = true)]
+async fn a_lease_not_read_lately_is_not_a_stale_lease() {
+    let renewed = Instant::now();
+    // the last read, then 60 s of failed reads; the endpoint fails for good
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let now = Instant::now();
+    let unread = Signals {
+        renewed,
+        read: Some(renewed),
+        health: Health::Gone,
+        failed_probes: 30,
+    };
+    let d = decide(Mode::Standby, T, now, unread, None);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::LeaseUnread));
+    assert!(d.reason.is_warning());
+    // never read at all: the same
+    let never = Signals {
+        read: None,
+        ..unread
+    };
+    let d = decide(Mode::Standby, T, now, never, None);
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::LeaseUnread));
+    let d = decide(
+        Mode::Standby,
+        T,
+        now,
+        Signals {
+            health: Health::Ok,
+            failed_probes: 0,
+            ..never
+        },
+        None,
+    );
+    assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
+    // a read a quarter threshold old still counts; older does not
+    let read = now - T / 4;
+    let d = decide(
+        Mode::Standby,
+        T,
+        now,
+        Signals {
+            read: Some(read),
+            ..unread
+        },
+        None,
+    );
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
+    let d = decide(
+        Mode::Standby,
+        T,
+        now + Duration::from_millis(1),
+        Signals {
+            read: Some(read),
+            ..unread
+        },
+        None,
+    );
+    assert_eq!(d.role, Role::Passive);
+}
+
+/// One failed probe, or two (a slow answer, a kubelet restarting), with the Lease read stale:
+/// a warning, never a takeover; the third in a row takes over.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_needs_failed_probes_in_a_row() {
+    let renewed = Instant::now();
+    tokio::time::advance(T + Duration::from_secs(1)).await;
+    let now = Instant::now();
+    for failed_probes in 1..FAILED_PROBES_TO_TAKE_OVER {
+        let s = Signals {
+            renewed,
+            read: Some(now),
+            health: Health::Failed,
+            failed_probes,
+        };
+        let d = decide(Mode::Standby, T, now, s, None);
+        assert_eq!(
+            (d.role, d.reason),
+            (Role::Passive, Reason::KubeletMayBeGone),
+            "{failed_probes} failed"
+        );
+    }
+    let s = Signals {
+        renewed,
+        read: Some(now),
+        health: Health::Gone,
+        failed_probes: FAILED_PROBES_TO_TAKE_OVER,
+    };
+    let d = decide(Mode::Standby, T, now, s, None);
+    assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
 }
