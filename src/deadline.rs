@@ -12,7 +12,10 @@
 //! * arithmetic saturates: an absurd grace (up to `i64::MAX` seconds) becomes a deadline a
 //!   century away, never an overflow;
 //! * time left is rounded up to whole seconds ([`Deadline::remaining_secs`]): reaplet never
-//!   kills before a deadline because of rounding.
+//!   kills before a deadline because of rounding;
+//! * a moment that must outlive reaplet's process ([`Stamp`], in its durable records) is
+//!   `CLOCK_BOOTTIME` with the boot it belongs to (monotonic, counting suspend, never stepped by
+//!   NTP or an operator); the wall clock is read from it only in another boot.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -94,8 +97,104 @@ impl Deadline {
     }
 }
 
+/// A moment that outlives reaplet's process: `CLOCK_BOOTTIME` (ms) with this boot's ID, and
+/// the wall clock (Unix ms), which counts only for a stamp of another boot. A step of the wall
+/// clock between writing and reading a stamp never moves it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stamp {
+    /// `/proc/sys/kernel/random/boot_id`; empty when it could not be read.
+    pub boot: String,
+    pub boottime_ms: i64,
+    pub wall_ms: i64,
+}
+
+impl Stamp {
+    /// Now.
+    pub fn now() -> Self {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Self {
+            boot: boot_id().to_owned(),
+            boottime_ms: t.tv_sec.saturating_mul(1000) + t.tv_nsec / 1_000_000,
+            wall_ms: crate::wall_ns() / 1_000_000,
+        }
+    }
+
+    /// A stamp known only by its wall-clock time (what records of older versions held).
+    pub fn wall_only(wall_ms: i64) -> Self {
+        Self {
+            boot: String::new(),
+            boottime_ms: 0,
+            wall_ms,
+        }
+    }
+
+    /// `ms` later (negative: earlier), saturating.
+    pub fn plus_ms(&self, ms: i64) -> Self {
+        Self {
+            boot: self.boot.clone(),
+            boottime_ms: self.boottime_ms.saturating_add(ms),
+            wall_ms: self.wall_ms.saturating_add(ms),
+        }
+    }
+
+    /// Milliseconds from `now` to this stamp (negative once past): on `CLOCK_BOOTTIME` when
+    /// both are of the same known boot, else on the wall clock.
+    pub fn ms_from(&self, now: &Stamp) -> i64 {
+        if !self.boot.is_empty() && self.boot == now.boot {
+            self.boottime_ms.saturating_sub(now.boottime_ms)
+        } else {
+            self.wall_ms.saturating_sub(now.wall_ms)
+        }
+    }
+
+    /// Whether this stamp is no later than `other`.
+    pub fn not_after(&self, other: &Stamp) -> bool {
+        self.ms_from(other) <= 0
+    }
+}
+
+/// This boot's ID, read once; empty if it cannot be read (stamps then compare wall clocks).
+fn boot_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    /// Issue 28, item 4: a stamp written 20 s ahead, then the wall clock stepped 60 s
+    /// forward: in the same boot 20 s are still left (CLOCK_BOOTTIME); in another boot only
+    /// the wall clock can say, and an older record knows only that.
+    #[test]
+    fn a_wall_clock_step_never_moves_a_stamp_of_this_boot() {
+        use super::Stamp;
+        let now = Stamp::now();
+        assert!(!now.boot.is_empty(), "this machine has a boot ID");
+        let deadline = now.plus_ms(20_000);
+        let stepped = Stamp {
+            wall_ms: now.wall_ms + 60_000,
+            ..now.clone()
+        };
+        assert_eq!(deadline.ms_from(&stepped), 20_000);
+        let other_boot = Stamp {
+            boot: "another".into(),
+            ..stepped.clone()
+        };
+        assert_eq!(deadline.ms_from(&other_boot), -40_000);
+        assert_eq!(
+            Stamp::wall_only(deadline.wall_ms).ms_from(&stepped),
+            -40_000
+        );
+        assert!(now.not_after(&deadline) && !deadline.not_after(&now));
+        // the real clock moves on
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(deadline.ms_from(&Stamp::now()) < 20_000);
+    }
+
     use super::*;
 
     #[tokio::test(start_paused = true)]

@@ -11,10 +11,12 @@
 //!   stop goes on;
 //! * a container never signalled gets a fresh termination (preStop, SIGTERM, the grace with
 //!   its 2 s floor, counted from now; in a retried kill, what is left of the first attempt's
-//!   deadline, never under the floor); one already sent StopContainer, in this life of reaplet
-//!   or an earlier one, continues to that stop's recorded deadline with no hook and no new
-//!   floor ([`KillMemory`], durable in [`RecordFile`]): restarts never extend a kill and never
-//!   skip SIGTERM;
+//!   deadline, never under the floor); one whose StopContainer the runtime answered, in this
+//!   life of reaplet or an earlier one, continues to that stop's recorded deadline with no
+//!   hook and no new floor; one whose stop was recorded but never answered (refused, or
+//!   reaplet died first) is sent SIGTERM again, bounded by that deadline, never under the
+//!   floor, once ([`KillMemory`], durable in [`crate::records::RecordFile`]): restarts never
+//!   extend a kill by more than the floor and never skip SIGTERM that reaplet could send;
 //! * a preStop hook runs at most once per container, even across restarts of reaplet or a
 //!   shorter grace restarting the kill;
 //! * sandboxes are stopped only after every container stop succeeded (the kubelet stops them
@@ -22,14 +24,15 @@
 //!   short that way); then the runtime is re-read and anything still running is an error.
 
 use crate::cri::{CriError, Runtime, RuntimeContainer};
+use crate::deadline::Stamp;
 use crate::events::{EventReason, EventSink, PodEvent};
 use crate::grace;
 use crate::hooks;
 use crate::pod::{ContainerSpec, PodInfo};
-use crate::records::{RecordFile, TerminationRecord};
+pub use crate::records::KillMemory;
+use crate::records::StopStart;
 use crate::status::ContainerFinal;
 use futures_util::future::join_all;
-use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -55,114 +58,6 @@ pub enum KillError {
     Refused(#[from] crate::authority::AuthorityError),
     #[error("pod {uid}: still running after a successful stop (CRI violation): {ids:?}")]
     StillRunning { uid: String, ids: Vec<String> },
-}
-
-/// What outlives one kill attempt of a pod: which containers already had their preStop hook
-/// and by when each stop already sent SIGKILLs, in memory and, for a pod worker, in the pod's
-/// durable [`RecordFile`] (so a restart of reaplet continues, never restarts).
-#[derive(Debug, Default)]
-pub struct KillMemory {
-    record: Mutex<Versioned>,
-    file: Option<RecordFile>,
-    /// Held while a write runs: one write at a time, so an older snapshot never lands after a
-    /// newer one (an async lock: held across the blocking write, never a std lock).
-    writer: tokio::sync::Mutex<()>,
-}
-
-/// The record and how many changes it has had, and how many of them are written.
-#[derive(Debug, Default)]
-struct Versioned {
-    record: TerminationRecord,
-    version: u64,
-    written: u64,
-}
-
-impl KillMemory {
-    /// Memory backed by `file`, starting from what it already records.
-    pub fn durable(file: RecordFile) -> Self {
-        Self {
-            record: Mutex::new(Versioned {
-                record: file.load(),
-                ..Versioned::default()
-            }),
-            file: Some(file),
-            writer: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Versioned> {
-        self.record.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Persists every change up to `version` (the caller's own) before returning, on a
-    /// blocking thread; writes that queued behind another are folded into it (the newest
-    /// snapshot is written, and a change already covered is not written again). A failure is
-    /// logged and the kill goes on (the record can only ever grant more time if lost).
-    async fn persist(&self, version: u64) {
-        let Some(file) = &self.file else {
-            return;
-        };
-        let _one_at_a_time = self.writer.lock().await;
-        let (snapshot, newest) = {
-            let v = self.lock();
-            if v.written >= version {
-                return; // a write that started after this change carried it
-            }
-            (v.record.clone(), v.version)
-        };
-        let file = file.clone();
-        let r = tokio::task::spawn_blocking(move || file.save(&snapshot)).await;
-        match r {
-            Ok(Ok(())) => self.lock().written = newest,
-            Ok(Err(e)) => tracing::warn!(err = %e, "termination record not written"),
-            Err(e) => tracing::warn!(err = %e, "termination record writer failed"),
-        }
-    }
-
-    /// Marks the hook of `container_id` as started (durably, before it runs); false if it
-    /// already was, in this life of reaplet or an earlier one.
-    async fn claim_prestop(&self, container_id: &str) -> bool {
-        let version = {
-            let mut v = self.lock();
-            if !v.record.prestop.insert(container_id.to_owned()) {
-                return false;
-            }
-            v.version += 1;
-            v.version
-        };
-        self.persist(version).await;
-        true
-    }
-
-    /// By when (Unix ms) the stop of `container_id` SIGKILLs at the latest: the earlier of a
-    /// recorded one and `proposed`, recorded before the stop is sent.
-    async fn stop_deadline(&self, container_id: &str, proposed: i64) -> (i64, bool) {
-        let version = {
-            let mut v = self.lock();
-            match v.record.stops.get(container_id).copied() {
-                Some(d) if d <= proposed => return (d, true),
-                _ => {
-                    v.record.stops.insert(container_id.to_owned(), proposed);
-                    v.version += 1;
-                    v.version
-                }
-            }
-        };
-        self.persist(version).await;
-        (proposed, false)
-    }
-
-    /// Whether a stop of `container_id` was already sent (in this life or an earlier one).
-    fn stop_sent(&self, container_id: &str) -> bool {
-        self.lock().record.stops.contains_key(container_id)
-    }
-
-    /// The pod is finished: its record goes.
-    pub fn forget(&self) {
-        if let Some(f) = &self.file {
-            f.remove();
-        }
-    }
 }
 
 /// Summary of a finished kill.
@@ -422,34 +317,60 @@ async fn kill_container<R: Runtime>(
     } else {
         grace::container_stop_timeout(g)
     };
-    // a stop already sent (before a restart of reaplet, or by a failed attempt) is continued
-    // to its recorded deadline, never restarted: wait out the part of a second, then stop with
-    // the whole seconds left, so the SIGKILL lands on the deadline
-    let now_ms = crate::wall_ns() / 1_000_000;
-    let proposed = now_ms.saturating_add(timeout.saturating_mul(1000));
-    let (deadline_ms, continued) = memory.stop_deadline(&c.id, proposed).await;
-    let timeout = if continued {
-        let left = deadline_ms.saturating_sub(now_ms).max(0);
-        // past the deadline this is an immediate SIGKILL: the stop's SIGTERM went out when it
-        // was first sent (a stop recorded but never sent, reaplet dying in between, is the
-        // one case that SIGKILLs without SIGTERM; waiting instead would make every crash
-        // storm push kills past their deadlines)
-        tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
-        tracing::info!(gracePeriod = left / 1000, "continuing a stop already sent");
-        left / 1000
-    } else {
-        timeout
+    // a stop the runtime answered before (in an earlier life of reaplet, or a failed attempt)
+    // is continued to its recorded deadline, never restarted: wait out the part of a second,
+    // then stop with the whole seconds left, so the SIGKILL lands on the deadline. One
+    // recorded but never answered may never have reached the runtime: a SIGTERM again, bounded
+    // by its deadline, never under the floor
+    let now = Stamp::now();
+    let proposed = now.plus_ms(timeout.saturating_mul(1000));
+    let timeout = match memory.stop_deadline(&c.id, &proposed).await {
+        StopStart::Fresh => timeout,
+        StopStart::Continue(deadline) | StopStart::Resent(deadline) => {
+            let left = deadline.ms_from(&now).max(0);
+            tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
+            tracing::info!(gracePeriod = left / 1000, "continuing a stop already sent");
+            left / 1000
+        }
+        StopStart::Unanswered(deadline) => {
+            // on the deadline as a continued stop is (the part of a second waited out first),
+            // or the floor from now
+            let left = deadline.ms_from(&now).max(0);
+            let t = if left / 1000 >= grace::MIN_CONTAINER_GRACE {
+                tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
+                left / 1000
+            } else {
+                grace::MIN_CONTAINER_GRACE
+            };
+            memory
+                .stop_resent(&c.id, &Stamp::now().plus_ms(t * 1000))
+                .await;
+            tracing::info!(
+                gracePeriod = t,
+                "sending again a stop the runtime never answered"
+            );
+            t
+        }
     };
     tracing::info!(gracePeriod = timeout, "stopping container");
     match runtime.stop_container(&c.id, timeout).await {
         Ok(()) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
-        Err(source) => Err(KillError::StopContainer {
-            uid: pod.uid.to_string(),
-            container_id: c.id.clone(),
-            container_name: c.name.clone(),
-            source,
-        }),
+        Err(source) => {
+            // the runtime answered: its SIGTERM went out; no answer (refused, timed out)
+            // may mean it never got the stop
+            if source.runtime_answered() {
+                memory.stop_answered(&c.id).await;
+            } else if source.never_reached_runtime() {
+                memory.stop_undelivered(&c.id).await;
+            }
+            Err(KillError::StopContainer {
+                uid: pod.uid.to_string(),
+                container_id: c.id.clone(),
+                container_name: c.name.clone(),
+                source,
+            })
+        }
     }
 }
 
@@ -512,8 +433,10 @@ mod tests {
         let mut p = pod("p", &[("app", sleep_hook(4))], &[]);
         p.kill_deadline = Some(Deadline::after(now, -3, FirstAttempt));
         let memory = KillMemory::default();
-        let sent_ms = crate::wall_ns() / 1_000_000 - 3_000;
-        memory.stop_deadline("p-app", sent_ms).await;
+        // recorded, then answered by the runtime (with an error): its SIGTERM went out
+        let sent = Stamp::now().plus_ms(-3_000);
+        memory.stop_deadline("p-app", &sent).await;
+        memory.stop_answered("p-app").await;
         kill_pod(&rt, &EventSink::log_only(), &p, 1, &memory)
             .await
             .unwrap();

@@ -17,10 +17,18 @@
 //! * written off the async runtime (a blocking thread), one write at a time per pod, each
 //!   carrying every change made before it started ([`crate::kill::KillMemory`]);
 //! * a record says which containers' preStop hooks were started and, for each container, the
-//!   deadline (wall-clock Unix ms, this node's own clock) of the first StopContainer sent: a
-//!   termination resumed after a restart continues to it, never restarts the full grace and
-//!   never runs a hook twice; a container with no record was never signalled and gets a fresh
-//!   termination;
+//!   deadline of its StopContainer ([`Stamp`]: `CLOCK_BOOTTIME` with the boot ID, so a step
+//!   of the wall clock never shortens it) and whether the runtime answered it. A stop is
+//!   recorded before it is sent and marked answered only when the runtime answered it (CRI has
+//!   no earlier sign that a stop reached the runtime: it answers when the container stopped).
+//!   A termination resumed after a restart never runs a hook twice; a stop the runtime
+//!   answered continues to its deadline (never a new grace); a stop never answered may never
+//!   have reached the runtime, so it is sent again as a SIGTERM bounded by its deadline but
+//!   never under the 2 s floor, once (any number of restarts extend a kill by the floor at
+//!   most; later resends count down to that deadline); a container with no record was never
+//!   signalled and gets a fresh termination;
+//! * a record of an older version (a wall-clock deadline per container) reads as stops never
+//!   answered;
 //! * a missing or unreadable record is an empty one (logged once): it can only make reaplet
 //!   grant more time, never less;
 //! * removed when the pod is finished, with the pod directory when the record was all it
@@ -28,11 +36,13 @@
 //!   while reaplet was down) goes with its pod directory in housekeeping's orphaned-directory
 //!   sweep.
 
+use crate::deadline::Stamp;
 use crate::pod::PodUid;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 const FILE: &str = "reaplet-termination.json";
 
@@ -51,10 +61,53 @@ pub struct TerminationRecord {
     /// Containers (by ID) whose preStop hook was started.
     #[serde(default)]
     pub prestop: BTreeSet<String>,
-    /// Containers (by ID) that were sent StopContainer, and by when (Unix ms) that stop
-    /// SIGKILLs at the latest.
+    /// Containers (by ID) that StopContainer was sent (or about to be sent) to.
+    #[serde(default, deserialize_with = "stops_any_version")]
+    pub stops: BTreeMap<String, StopRecord>,
+}
+
+/// One container's stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopRecord {
+    /// By when it SIGKILLs at the latest.
+    pub deadline: Stamp,
+    /// The runtime answered the StopContainer, so its SIGTERM went out. Until then the stop
+    /// may never have reached the runtime.
     #[serde(default)]
-    pub stops: BTreeMap<String, i64>,
+    pub answered: bool,
+    /// An unanswered stop was sent again with the 2 s floor: later ones count down to its
+    /// deadline with no new floor (a crash loop never pushes the SIGKILL out further).
+    #[serde(default)]
+    pub resent: bool,
+}
+
+/// The stops of this version, or of an older one (a wall-clock deadline in Unix ms: a stop
+/// never known to be answered).
+fn stops_any_version<'de, D>(d: D) -> Result<BTreeMap<String, StopRecord>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum AnyVersion {
+        Now(StopRecord),
+        WallMs(i64),
+    }
+    let raw = BTreeMap::<String, AnyVersion>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(id, v)| {
+            let r = match v {
+                AnyVersion::Now(r) => r,
+                AnyVersion::WallMs(ms) => StopRecord {
+                    deadline: Stamp::wall_only(ms),
+                    answered: false,
+                    resent: false,
+                },
+            };
+            (id, r)
+        })
+        .collect())
 }
 
 /// The record file of one pod.
@@ -131,6 +184,195 @@ impl RecordFile {
     }
 }
 
+/// What a stop about to be sent is, given the record ([`KillMemory::stop_deadline`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopStart {
+    /// None was recorded, or this one SIGKILLs sooner: send it as proposed.
+    Fresh,
+    /// The runtime answered an earlier one: continue to its deadline, no new floor.
+    Continue(Stamp),
+    /// An earlier one was recorded but never answered (it may never have reached the
+    /// runtime): send a SIGTERM again, bounded by its deadline, never under the floor; once
+    /// only ([`StopStart::Resent`] after that).
+    Unanswered(Stamp),
+    /// An unanswered one was already sent again with the floor: count down to its deadline.
+    Resent(Stamp),
+}
+
+/// What outlives one kill attempt of a pod: which containers already had their preStop hook
+/// and by when each stop already sent SIGKILLs, in memory and, for a pod worker, in the pod's
+/// durable [`RecordFile`] (so a restart of reaplet continues, never restarts).
+#[derive(Debug, Default)]
+pub struct KillMemory {
+    record: Mutex<Versioned>,
+    file: Option<RecordFile>,
+    /// Held while a write runs: one write at a time, so an older snapshot never lands after a
+    /// newer one (an async lock: held across the blocking write, never a std lock).
+    writer: tokio::sync::Mutex<()>,
+}
+
+/// The record and how many changes it has had, and how many of them are written.
+#[derive(Debug, Default)]
+struct Versioned {
+    record: TerminationRecord,
+    version: u64,
+    written: u64,
+}
+
+impl KillMemory {
+    /// Memory backed by `file`, starting from what it already records.
+    pub fn durable(file: RecordFile) -> Self {
+        Self {
+            record: Mutex::new(Versioned {
+                record: file.load(),
+                ..Versioned::default()
+            }),
+            file: Some(file),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Versioned> {
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `f` to the record; when it changed something (`f` says so), persists the
+    /// change before returning. What `f` says.
+    async fn change(&self, f: impl FnOnce(&mut TerminationRecord) -> bool) -> bool {
+        let version = {
+            let mut v = self.lock();
+            if !f(&mut v.record) {
+                return false;
+            }
+            v.version += 1;
+            v.version
+        };
+        self.persist(version).await;
+        true
+    }
+
+    /// Persists every change up to `version` (the caller's own) before returning, on a
+    /// blocking thread; writes that queued behind another are folded into it (the newest
+    /// snapshot is written, and a change already covered is not written again). A failure is
+    /// logged and the kill goes on (the record can only ever grant more time if lost).
+    async fn persist(&self, version: u64) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let _one_at_a_time = self.writer.lock().await;
+        let (snapshot, newest) = {
+            let v = self.lock();
+            if v.written >= version {
+                return; // a write that started after this change carried it
+            }
+            (v.record.clone(), v.version)
+        };
+        let file = file.clone();
+        let r = tokio::task::spawn_blocking(move || file.save(&snapshot)).await;
+        match r {
+            Ok(Ok(())) => self.lock().written = newest,
+            Ok(Err(e)) => tracing::warn!(err = %e, "termination record not written"),
+            Err(e) => tracing::warn!(err = %e, "termination record writer failed"),
+        }
+    }
+
+    /// Marks the hook of `container_id` as started (durably, before it runs); false if it
+    /// already was, in this life of reaplet or an earlier one.
+    pub(crate) async fn claim_prestop(&self, container_id: &str) -> bool {
+        self.change(|r| r.prestop.insert(container_id.to_owned()))
+            .await
+    }
+
+    /// Records the stop of `container_id` about to be sent, SIGKILLing by `proposed`, before
+    /// it is sent; what an earlier stop of it calls for instead (see [`StopStart`]).
+    pub(crate) async fn stop_deadline(&self, container_id: &str, proposed: &Stamp) -> StopStart {
+        let version = {
+            let mut v = self.lock();
+            match v.record.stops.get(container_id) {
+                Some(r) if r.answered && r.deadline.not_after(proposed) => {
+                    return StopStart::Continue(r.deadline.clone());
+                }
+                Some(r) if r.resent && r.deadline.not_after(proposed) => {
+                    return StopStart::Resent(r.deadline.clone());
+                }
+                Some(r) if r.deadline.not_after(proposed) => {
+                    return StopStart::Unanswered(r.deadline.clone());
+                }
+                _ => {
+                    let r = StopRecord {
+                        deadline: proposed.clone(),
+                        answered: false,
+                        resent: false,
+                    };
+                    v.record.stops.insert(container_id.to_owned(), r);
+                    v.version += 1;
+                    v.version
+                }
+            }
+        };
+        self.persist(version).await;
+        StopStart::Fresh
+    }
+
+    /// The unanswered stop of `container_id` is sent again with the floor, SIGKILLing by
+    /// `deadline`.
+    pub(crate) async fn stop_resent(&self, container_id: &str, deadline: &Stamp) {
+        let resent = StopRecord {
+            deadline: deadline.clone(),
+            answered: false,
+            resent: true,
+        };
+        self.change(|r| {
+            r.stops.insert(container_id.to_owned(), resent);
+            true
+        })
+        .await;
+    }
+
+    /// The runtime answered the stop of `container_id` (with an error: a stopped container
+    /// needs no record), so its SIGTERM went out.
+    pub(crate) async fn stop_answered(&self, container_id: &str) {
+        self.change(|r| match r.stops.get_mut(container_id) {
+            Some(s) if !s.answered => {
+                s.answered = true;
+                true
+            }
+            _ => false,
+        })
+        .await;
+    }
+
+    /// The stop of `container_id` never reached the runtime (refused): the next one may have
+    /// the floor again, as it is the first that can deliver SIGTERM.
+    pub(crate) async fn stop_undelivered(&self, container_id: &str) {
+        self.change(|r| match r.stops.get_mut(container_id) {
+            Some(s) if s.resent => {
+                s.resent = false;
+                true
+            }
+            _ => false,
+        })
+        .await;
+    }
+
+    /// Whether the runtime answered a stop of `container_id` (in this life or an earlier
+    /// one): its SIGTERM went out.
+    pub(crate) fn stop_sent(&self, container_id: &str) -> bool {
+        self.lock()
+            .record
+            .stops
+            .get(container_id)
+            .is_some_and(|r| r.answered)
+    }
+
+    /// The pod is finished: its record goes.
+    pub fn forget(&self) {
+        if let Some(f) = &self.file {
+            f.remove();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,9 +384,32 @@ mod tests {
         assert_eq!(f.load(), TerminationRecord::default());
         let mut r = TerminationRecord::default();
         r.prestop.insert("c1".into());
-        r.stops.insert("c1".into(), 1_700_000_000_000);
+        r.stops.insert(
+            "c1".into(),
+            StopRecord {
+                deadline: Stamp::now(),
+                answered: true,
+                resent: false,
+            },
+        );
         f.save(&r).unwrap();
         assert_eq!(f.load(), r);
+        // an older version's record: a wall-clock deadline, never known to be answered
+        std::fs::write(
+            f.path(),
+            br#"{"prestop":["c1"],"stops":{"c1":1700000000000}}"#,
+        )
+        .unwrap();
+        let old = f.load();
+        assert!(old.prestop.contains("c1"));
+        assert_eq!(
+            old.stops["c1"],
+            StopRecord {
+                deadline: Stamp::wall_only(1_700_000_000_000),
+                answered: false,
+                resent: false,
+            }
+        );
         assert!(!f.tmp_path().exists());
         std::fs::write(f.path(), b"{not json").unwrap();
         assert_eq!(f.load(), TerminationRecord::default());

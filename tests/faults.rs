@@ -78,6 +78,21 @@ async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, Pat
     (tb, api, root, kc, log)
 }
 
+/// containerd (1.6.20 and 1.7) marks a container "stop signalled" before it sends the stop
+/// signal; when that StopContainer's context is cancelled mid-kill (reaplet SIGKILLed within
+/// milliseconds of sending it) the signal may never go out, and every later stop with a timeout
+/// skips it ("Skipping the sending of signal ... because a prior stop with timeout>0 request
+/// already sent the signal"), so the container gets only the SIGKILL at a stop's timeout.
+/// True when containerd's log shows exactly that for container `id`.
+fn term_suppressed_by_containerd(log: &str, id: &str) -> bool {
+    let cancelled = format!("failed to stop container \\\"{id}\\\": context canceled");
+    let skipped = format!("Skipping the sending of signal terminated to container \\\"{id}\\\"");
+    match (log.find(&cancelled), log.rfind(&skipped)) {
+        (Some(c), Some(s)) => c < s,
+        _ => false,
+    }
+}
+
 /// What is left of these pods in the runtime and the cgroup tree, after waiting up to 30 s for
 /// garbage collection: one line per pod with leftovers.
 async fn leaks<'a>(tb: &Testbed, pods: impl Iterator<Item = (&'a str, &'a PodUid)>) -> Vec<String> {
@@ -372,6 +387,8 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
 
     // timing rules, from the runtime's own timestamps and the API server's request log
     let writes = api.writes();
+    let containerd_log = tb.containerd_log();
+    let mut suppressed = Vec::new();
     let mut premature_deletes = Vec::new();
     let mut early_kills = Vec::new();
     let mut late_kills = Vec::new();
@@ -405,6 +422,18 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
                         c.t.name
                     ));
                 }
+            } else if code != 0 && term_suppressed_by_containerd(&containerd_log, id) {
+                // reaplet died while containerd was sending the first SIGTERM: containerd
+                // marked the container signalled before its kill was cancelled, and skips the
+                // signal on every later stop (its log says so): the SIGKILL at a stop's
+                // timeout is all any agent can get; never before the floor
+                if code != 137 || took < 2.0 {
+                    early_kills.push(format!(
+                        "{}: exit {code} after {took:.3} s, its SIGTERM suppressed by containerd",
+                        c.t.name
+                    ));
+                }
+                suppressed.push(format!("{}: 137 after {took:.3} s", c.t.name));
             } else if code != 0 {
                 // a TERM-honouring container always gets its SIGTERM: a restart never re-runs a
                 // preStop hook already started, nor skips the stop (`records`)
@@ -446,6 +475,11 @@ async fn sigkilled_at_random_moments_reaplet_loses_nothing() {
             .and_then(|p| p["metadata"]["deletionTimestamp"].as_str())
             .is_none();
     let status_patches = writes.iter().filter(|r| r.method == "PATCH").count();
+    if !suppressed.is_empty() {
+        println!(
+            "crash test: SIGTERM suppressed by containerd after a cancelled stop: {suppressed:?}"
+        );
+    }
     println!(
         "crash test: {kills} SIGKILLs survived; {} pods terminated; leaks {}; premature deletes {}; \
          early or wrong kills {}; late kills {}; recreated pod untouched: {recreated_ok}; \

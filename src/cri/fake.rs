@@ -52,6 +52,7 @@ struct State {
     events_tx: Option<tokio::sync::mpsc::Sender<super::ContainerEvent>>,
     /// The list calls answer `Unavailable` until then (a restarting containerd).
     lists_fail_until: Option<Instant>,
+    stops_fail_until: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -130,6 +131,12 @@ impl FakeRuntime {
     /// as they do while containerd restarts.
     pub fn fail_lists_until(&self, until: Instant) {
         self.lock().lists_fail_until = Some(until);
+    }
+
+    /// `StopContainer` answers `Unavailable` until `until` (virtual time): the connection is
+    /// refused, the request never reaches the runtime and no signal is sent (not a call).
+    pub fn fail_stops_until(&self, until: Instant) {
+        self.lock().stops_fail_until = Some(until);
     }
 
     async fn wait_lists(&self, op: &'static str) -> Result<(), CriError> {
@@ -256,6 +263,13 @@ impl Runtime for FakeRuntime {
     async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
         let behaviour = {
             let mut s = self.lock();
+            if s.stops_fail_until.is_some_and(|t| Instant::now() < t) {
+                return Err(CriError::Unavailable {
+                    op: "StopContainer",
+                    id: id.into(),
+                    message: "connection refused".into(),
+                });
+            }
             s.calls.push(Call::StopContainer {
                 id: id.into(),
                 timeout: timeout_secs,

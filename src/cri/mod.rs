@@ -88,6 +88,28 @@ impl CriError {
         matches!(self, CriError::NotFound { .. })
     }
 
+    /// The call never reached the runtime (the endpoint refused it: containerd down or
+    /// restarting).
+    pub fn never_reached_runtime(&self) -> bool {
+        matches!(
+            self,
+            CriError::Endpoint { .. } | CriError::Unavailable { .. }
+        )
+    }
+
+    /// The runtime itself answered the call (with an error status): it received the request.
+    /// Refused or unanswered calls (unavailable, our deadline) may never have reached it.
+    pub fn runtime_answered(&self) -> bool {
+        match self {
+            CriError::NotFound { .. } | CriError::Unimplemented { .. } | CriError::Rpc { .. } => {
+                true
+            }
+            CriError::Endpoint { .. }
+            | CriError::DeadlineExceeded { .. }
+            | CriError::Unavailable { .. } => false,
+        }
+    }
+
     pub(crate) fn from_status(op: &'static str, id: &str, s: tonic::Status) -> Self {
         let id = id.to_owned();
         let message = s.message().to_owned();

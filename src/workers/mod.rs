@@ -43,6 +43,8 @@ mod worker;
 #[cfg(test)]
 mod judge_tests;
 #[cfg(test)]
+mod resume_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::authority::Authority;

@@ -128,18 +128,18 @@ fn completion_needs_every_regular_container_exited() {
     assert!(!all_regular_exited(&pod(&[]), &[]));
 }
 
-mod with_fake_runtime {
+pub(super) mod with_fake_runtime {
     use super::*;
     use crate::cri::fake::Behaviour;
 
-    fn api_pod(uid: &str, spec_grace: i64) -> PodInfo {
+    pub(in crate::workers) fn api_pod(uid: &str, spec_grace: i64) -> PodInfo {
         let mut p = pod(&["app"]);
         p.uid = PodUid::parse(uid).unwrap();
         p.spec_grace = Some(spec_grace);
         p
     }
 
-    fn deleted(p: &PodInfo, grace: i64) -> PodInfo {
+    pub(in crate::workers) fn deleted(p: &PodInfo, grace: i64) -> PodInfo {
         let mut d = p.clone();
         d.deletion_requested = true;
         d.deletion_grace = Some(grace);
@@ -147,14 +147,18 @@ mod with_fake_runtime {
     }
 
     /// The pods as a source's complete list, through the seam sources use.
-    fn desire(w: &PodWorkers<FakeRuntime>, pods: &[PodInfo]) {
+    pub(in crate::workers) fn desire(w: &PodWorkers<FakeRuntime>, pods: &[PodInfo]) {
         for p in pods {
             w.upsert(p.clone());
         }
         w.mark_source_synced("test", crate::wall_ns());
     }
 
-    async fn until(w: &PodWorkers<FakeRuntime>, uid: &str, phase: PodPhase) -> Instant {
+    pub(in crate::workers) async fn until(
+        w: &PodWorkers<FakeRuntime>,
+        uid: &str,
+        phase: PodPhase,
+    ) -> Instant {
         let uid = PodUid::parse(uid).unwrap();
         loop {
             if w.view(&uid).is_some_and(|v| v.phase == phase) {
@@ -219,39 +223,6 @@ mod with_fake_runtime {
         );
         assert!(stops[0].1 >= hooks[0] + Duration::from_secs(1), "{calls:?}");
         assert_eq!(r.rt.exit_code("p28-app"), Some(137));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_resumed_deadline_survives_later_updates_of_the_object() {
-        let r = rig();
-        r.rt.add_pod("p9", &[("app", Behaviour::IgnoreTerm)]);
-        let p = api_pod("p9", 30);
-        desire(&r.workers, std::slice::from_ref(&p));
-        // resumed after a restart, its deadline long past and its stop sent before (the
-        // record says so); then the object is updated again (a status patch, say) without
-        // the deadline
-        let record = crate::records::RecordFile::for_pod(
-            &r.workers.inner.config.root_dir,
-            &PodUid::parse("p9").unwrap(),
-        );
-        let mut sent = crate::records::TerminationRecord::default();
-        sent.stops
-            .insert("p9-app".into(), crate::wall_ns() / 1_000_000 - 60_000);
-        record.save(&sent).unwrap();
-        let mut resumed = deleted(&p, 30);
-        resumed.kill_deadline = Some(crate::deadline::Deadline::after(
-            Instant::now(),
-            -60,
-            crate::deadline::DeadlineOrigin::FirstAttempt,
-        ));
-        r.workers.upsert(resumed);
-        r.workers.upsert(deleted(&p, 30));
-        until(&r.workers, "p9", PodPhase::Finished).await;
-        let stops = r.rt.stops_of("p9-app");
-        assert!(
-            stops.iter().all(|(t, _)| *t == 0),
-            "past the deadline every stop is an immediate SIGKILL: {stops:?}"
-        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,169 @@
+//! Kills that resume: after a stop that never reached the runtime, and after a restart of
+//! reaplet from its termination record (issue 28, items 4 and 5), on a fake runtime in
+//! paused time.
+
+use super::tests::rig;
+use super::tests::with_fake_runtime::{api_pod, deleted, desire, until};
+use crate::cri::fake::{Behaviour, Call};
+use crate::lifecycle::PodPhase;
+use crate::pod::{self, PodUid};
+use std::time::Duration;
+use tokio::time::Instant;
+
+fn hooked(uid: &str, grace: i64) -> crate::pod::PodInfo {
+    let mut p = api_pod(uid, grace);
+    p.containers[0].pre_stop = Some(pod::Handler::Exec {
+        command: vec!["sleep".into(), "1".into()],
+    });
+    p
+}
+
+/// A rig whose runtime runs `p` (one TERM-ignoring container `app`), in sync with its source.
+fn running(p: &crate::pod::PodInfo) -> super::tests::Rig {
+    let r = rig();
+    r.rt.add_pod(p.uid.as_str(), &[("app", Behaviour::IgnoreTerm)]);
+    desire(&r.workers, std::slice::from_ref(p));
+    r
+}
+
+/// Pod `uid`'s termination record holds `stop` for its container `app`: what a reaplet
+/// that died mid-termination left.
+fn recorded(r: &super::tests::Rig, uid: &str, stop: crate::records::StopRecord) {
+    let record = crate::records::RecordFile::for_pod(
+        &r.workers.inner.config.root_dir,
+        &PodUid::parse(uid).unwrap(),
+    );
+    let mut rec = crate::records::TerminationRecord::default();
+    rec.stops.insert(format!("{uid}-app"), stop);
+    record.save(&rec).unwrap();
+}
+
+/// `p` deleted with `grace`, found terminating at start with its kill deadline `secs` away
+/// (negative: past).
+fn resumed(p: &crate::pod::PodInfo, grace: i64, secs: i64) -> crate::pod::PodInfo {
+    let mut d = deleted(p, grace);
+    d.kill_deadline = Some(crate::deadline::Deadline::after(
+        Instant::now(),
+        secs,
+        crate::deadline::DeadlineOrigin::FirstAttempt,
+    ));
+    d
+}
+
+fn hooks(calls: &[Call]) -> Vec<Instant> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::ExecSync { at, .. } => Some(*at),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Item 5, in one life of reaplet: containerd refuses StopContainer for 5 s (restarting) when
+/// a grace-3 pod is deleted. The first stop never reached it, so the container was never sent
+/// SIGTERM: the stop that gets through, past the first attempt's deadline, is still a SIGTERM
+/// with the 2 s floor, never a bare SIGKILL (timeout 0).
+#[tokio::test(start_paused = true)]
+async fn a_stop_that_never_reached_the_runtime_is_sent_again_as_sigterm() {
+    let p = hooked("p5", 3);
+    let r = running(&p);
+    let t0 = Instant::now();
+    r.rt.fail_stops_until(t0 + Duration::from_secs(5));
+    r.workers.upsert(deleted(&p, 3));
+    until(&r.workers, "p5", PodPhase::Finished).await;
+    let calls = r.rt.calls();
+    assert_eq!(hooks(&calls).len(), 1, "the hook runs once: {calls:?}");
+    let stops = r.rt.stops_of("p5-app");
+    assert!(!stops.is_empty(), "{calls:?}");
+    assert!(stops[0].1 >= t0 + Duration::from_secs(5), "{stops:?}");
+    assert_eq!(
+        stops[0].0,
+        crate::grace::MIN_CONTAINER_GRACE,
+        "SIGTERM with the floor, not timeout 0: {stops:?}"
+    );
+    assert_eq!(r.rt.exit_code("p5-app"), Some(137));
+}
+
+/// Item 5, across a restart: the record says a stop was about to be sent (reaplet died
+/// before the runtime answered it), its deadline long past, the hook never started. The
+/// container still runs, never signalled: it gets its hook, then SIGTERM with the 2 s floor.
+#[tokio::test(start_paused = true)]
+async fn a_stop_recorded_but_never_answered_is_resumed_with_the_hook_and_sigterm() {
+    let p = hooked("p6", 30);
+    let r = running(&p);
+    let record = crate::records::RecordFile::for_pod(
+        &r.workers.inner.config.root_dir,
+        &PodUid::parse("p6").unwrap(),
+    );
+    // what reaplet writes just before it sends the stop (the format main wrote: a deadline)
+    std::fs::create_dir_all(record.path().parent().unwrap()).unwrap();
+    let ms = crate::wall_ns() / 1_000_000 - 60_000;
+    std::fs::write(record.path(), format!(r#"{{"stops":{{"p6-app":{ms}}}}}"#)).unwrap();
+    let t0 = Instant::now();
+    r.workers.upsert(resumed(&p, 30, -60));
+    until(&r.workers, "p6", PodPhase::Finished).await;
+    let calls = r.rt.calls();
+    let hooks = hooks(&calls);
+    assert_eq!(hooks.len(), 1, "its hook: {calls:?}");
+    let stops = r.rt.stops_of("p6-app");
+    assert_eq!(
+        stops.first().map(|s| s.0),
+        Some(crate::grace::MIN_CONTAINER_GRACE),
+        "SIGTERM with the floor: {calls:?}"
+    );
+    assert!(stops[0].1 >= hooks[0] + Duration::from_secs(1));
+    assert!(stops[0].1 - t0 < Duration::from_secs(2), "{stops:?}");
+}
+
+/// Item 4: a stop the runtime answered, its deadline 20 s ahead, and the wall clock stepped
+/// 60 s forward since it was recorded (NTP, an operator): resumed, it continues to the same
+/// deadline on CLOCK_BOOTTIME, not 40 s past it on the wall clock (main, whose records held
+/// only the wall-clock deadline, SIGKILLed at once: the same record in its format, a deadline
+/// 40 s behind this clock, is the case above and got timeout 0).
+#[tokio::test(start_paused = true)]
+async fn a_forward_wall_clock_step_never_shortens_a_resumed_stop() {
+    let p = api_pod("p4", 30);
+    let r = running(&p);
+    let deadline = crate::deadline::Stamp::now().plus_ms(20_000);
+    let stepped = crate::deadline::Stamp {
+        wall_ms: deadline.wall_ms - 60_000,
+        ..deadline
+    };
+    let stop = crate::records::StopRecord {
+        deadline: stepped,
+        answered: true,
+        resent: false,
+    };
+    recorded(&r, "p4", stop);
+    r.workers.upsert(resumed(&p, 30, 20));
+    until(&r.workers, "p4", PodPhase::Finished).await;
+    let stops = r.rt.stops_of("p4-app");
+    assert!(
+        (19..=20).contains(&stops[0].0),
+        "continues to the deadline 20 s ahead: {stops:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_deadline_survives_later_updates_of_the_object() {
+    let p = api_pod("p9", 30);
+    let r = running(&p);
+    // resumed after a restart, its deadline long past and its stop sent before (the
+    // record says so); then the object is updated again (a status patch, say) without
+    // the deadline
+    let stop = crate::records::StopRecord {
+        deadline: crate::deadline::Stamp::now().plus_ms(-60_000),
+        answered: true,
+        resent: false,
+    };
+    recorded(&r, "p9", stop);
+    r.workers.upsert(resumed(&p, 30, -60));
+    r.workers.upsert(deleted(&p, 30));
+    until(&r.workers, "p9", PodPhase::Finished).await;
+    let stops = r.rt.stops_of("p9-app");
+    assert!(
+        stops.iter().all(|(t, _)| *t == 0),
+        "past the deadline every stop is an immediate SIGKILL: {stops:?}"
+    );
+}
