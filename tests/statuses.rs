@@ -336,12 +336,70 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
     assert_eq!(c, c0, "the Eviction API's DisruptionTarget was overwritten");
 }
 
+/// An eviction's kill reason (a disruption target: the status patch reads the pod first).
+fn evicted() -> reaplet::lifecycle::KillReason {
+    reaplet::lifecycle::KillReason::Requested {
+        disruption: Some("TerminationByKubelet".into()),
+        reason: Some("Evicted".into()),
+        message: "The node was low on resource: memory.".into(),
+    }
+}
+
+/// Issue 28, item 9: a 403 on the read before the status patch that is not the Node
+/// authorizer's "no relationship found" (a permission problem: RBAC, a webhook) is not a pod
+/// that is gone: the status is kept and retried, and written once the read is allowed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_read_for_another_cause_keeps_the_status_and_retries() {
+    use reaplet::workers::StatusSink;
+    let api = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let t = PodTemplate::new("kept", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    api.create_pod(t.api_object());
+    api.forbid_pod_gets(true);
+    let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
+    let reason = evicted();
+    sm.pod_terminated(&t.pod_info(), Some(&reason), &exited_app(137, "Error"));
+    // the first read and a retry (1 s later) are refused; the status stays pending
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let reads = || {
+        api.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/pods/kept") && r.method == "GET")
+            .map(|r| r.status)
+            .collect::<Vec<u16>>()
+    };
+    assert!(
+        reads().len() >= 2 && reads().iter().all(|c| *c == 403),
+        "{:?}",
+        reads()
+    );
+    assert_eq!(
+        sm.pending(),
+        1,
+        "the status was dropped on a permission 403"
+    );
+    api.forbid_pod_gets(false);
+    let limit = std::time::Instant::now() + Duration::from_secs(10);
+    while !api
+        .writes()
+        .iter()
+        .any(|r| r.path.ends_with("/pods/kept/status") && r.status == 200)
+    {
+        assert!(
+            std::time::Instant::now() < limit,
+            "no status written: {:?}",
+            reads()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+}
+
 /// The read before a guarded status is a node's GET: for a pod that is gone (force-deleted
 /// before the watch said so) the real server answers 403, not 404 (facts 3.2, 3.3). That is
 /// "gone", not a permission error to retry for ever: the status is dropped after one read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_403_read_of_a_pod_that_is_gone_drops_its_status() {
-    use reaplet::lifecycle::KillReason;
     use reaplet::workers::StatusSink;
     let api = ApiServer::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -350,11 +408,7 @@ async fn a_403_read_of_a_pod_that_is_gone_drops_its_status() {
     api.delete_pod("default", "gone", Some(0));
     let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
     let finals = exited_app(137, "Error");
-    let reason = KillReason::Requested {
-        disruption: Some("TerminationByKubelet".into()),
-        reason: Some("Evicted".into()),
-        message: "The node was low on resource: memory.".into(),
-    };
+    let reason = evicted();
     sm.pod_terminated(&gone.pod_info(), Some(&reason), &finals);
     // the whole window in which backoff retries would come (1 s, then 2 s later)
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -72,6 +72,33 @@ impl RequestError {
         }
     }
 
+    /// A 403 of the Node authorizer to a node identity for an object it has no relationship
+    /// with: a pod that is gone, or no longer bound to the node (a node cannot tell which;
+    /// apiserver facts 3.2, 3.5). The authorizer gives its cause only in the Status message
+    /// (`... User "system:node:<n>" cannot get ...: no relationship found between node '<n>'
+    /// and this object`), so this is the one place that reads it: any other 403 (RBAC, a
+    /// webhook, another identity) is a permission problem, never a pod that is gone.
+    pub fn forbidden_no_relationship(&self) -> bool {
+        let Some(kube::Error::Api(s)) = self.api() else {
+            return false;
+        };
+        if s.code != 403 || s.reason != "Forbidden" {
+            return false;
+        }
+        let Some(user) = s
+            .message
+            .split_once("User \"system:node:")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(node, _)| node)
+        else {
+            return false;
+        };
+        !user.is_empty()
+            && s.message.ends_with(&format!(
+                ": no relationship found between node '{user}' and this object"
+            ))
+    }
+
     /// The server's `retryAfterSeconds` (sent with 429 and some 5xx answers).
     pub fn retry_after(&self) -> Option<Duration> {
         self.api().and_then(retry_after)
@@ -285,6 +312,29 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 28, item 9: only the Node authorizer's own cause, to a node identity, is a pod
+    /// that is gone (the message of apiserver facts 3.2); RBAC's answer to a service account,
+    /// another cause, or a mismatched node are permission problems.
+    #[test]
+    fn only_the_node_authorizers_no_relationship_is_gone() {
+        let forbidden = |message: &str| {
+            let s = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": message, "reason": "Forbidden", "code": 403});
+            RequestError::Api(kube::Error::Api(serde_json::from_value(s).unwrap()))
+        };
+        let node = r#"pods "r0" is forbidden: User "system:node:node-a" cannot get resource "pods" in API group "" in the namespace "default": no relationship found between node 'node-a' and this object"#;
+        assert!(forbidden(node).forbidden_no_relationship());
+        for other in [
+            r#"pods "r0" is forbidden: User "system:serviceaccount:kube-system:reaplet" cannot get resource "pods" in API group "" in the namespace "default""#,
+            r#"pods "r0" is forbidden: User "system:node:node-a" cannot get resource "pods" in API group "" in the namespace "default""#,
+            r#"pods "r0" is forbidden: User "system:node:node-a" cannot get resource "pods" in API group "" in the namespace "default": no relationship found between node 'node-b' and this object"#,
+            r#"pods "r0" is forbidden: User "alice" cannot get resource "pods": no relationship found between node '' and this object"#,
+        ] {
+            assert!(!forbidden(other).forbidden_no_relationship(), "{other}");
+        }
+        assert!(!RequestError::Timeout(Duration::from_secs(1)).forbidden_no_relationship());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn rate_limiter_allows_burst_then_qps() {

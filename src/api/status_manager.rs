@@ -337,8 +337,9 @@ impl StatusManager {
                 return Body::Stop(Outcome::Done);
             }
             // a node's GET of a pod that is gone, or no longer bound to it, is 403 (the Node
-            // authorizer finds no relationship), never 404: either way it is not ours to write
-            Err(err) if matches!(err.code(), Some(403 | 404)) => {
+            // authorizer finds no relationship), never 404: either way it is not ours to write.
+            // Any other 403 is a permission problem: reported and retried, never a silent drop
+            Err(err) if err.code() == Some(404) || err.forbidden_no_relationship() => {
                 tracing::info!(err = %err, "pod gone or not bound to this node; dropping its status");
                 self.forget(uid);
                 return Body::Stop(Outcome::Done);

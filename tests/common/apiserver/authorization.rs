@@ -146,6 +146,7 @@ pub fn authorize(user: &User, a: &Attrs, store: &Store) -> Result<(), Reply> {
         a.subresource.as_str(),
     ) {
         ("", "pods", "" | "status") => match verb {
+            "get" if store.pod_gets_forbidden => deny(""),
             "get" => {
                 let bound = store
                     .pods

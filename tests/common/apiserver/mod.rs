@@ -266,6 +266,12 @@ impl ApiServer {
         self.store().denied.push((verb.into(), resource.into()));
     }
 
+    /// Makes every pod GET answer 403 with no Node authorizer cause (what another authorizer,
+    /// RBAC or a webhook, answers: a permission problem, not a pod that is gone), or stops it.
+    pub fn forbid_pod_gets(&self, on: bool) {
+        self.store().pod_gets_forbidden = on;
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.log.snapshot()

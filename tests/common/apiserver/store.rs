@@ -67,6 +67,9 @@ pub struct Store {
     pub uid_counter: u64,
     /// (verb, resource[/subresource]) that SelfSubjectAccessReviews deny.
     pub denied: Vec<(String, String)>,
+    /// Pod GETs refused with a 403 without the Node authorizer's cause (an RBAC or webhook
+    /// decision), for a fault test.
+    pub pod_gets_forbidden: bool,
     /// When each pod object left the store, by UID (benchmarks measure to this instant).
     pub removed: HashMap<String, Instant>,
 }
