@@ -368,3 +368,69 @@ async fn on_a_terminal_the_live_table_renders_and_ends() {
     );
     h.stop_agent().await;
 }
+
+/// Issue 28, item 7: the only way to fit the request is to evict a pod whose budget allows no
+/// disruption (the scheduler picks such a victim when nothing else fits). The plan says so,
+/// the Eviction API refuses it (429), and make-room, with no `--timeout`, stops at that refusal
+/// with a message naming the budget and exits non-zero, instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
+    let (mut h, api, kc) = bed("makeroompdb").await;
+    launch(
+        &api,
+        &h,
+        &Spec {
+            priority: 1,
+            cpu: "3",
+            labels: json!({"app": "db"}),
+            ..spec("db")
+        },
+    )
+    .await;
+    api.add_pdb(json!({
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+    }));
+    wait_in_sync(&api).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_reaplet"))
+        .args(["make-room", "--node", NODE, "--output", "plain"])
+        .args(["--cpu", "2", "--memory", "0", "--priority", "8"])
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _g = KillOnDrop(child.id());
+    // one refusal is all it takes; the bound is a retry's 5 s and the API round trips
+    let limit = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < limit,
+            "make-room still waits {:?} after a budget refused its victim",
+            Duration::from_secs(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("victim   default/db: priority 1 < 8; violates budget db"),
+        "{text}"
+    );
+    assert!(text.contains("PodDisruptionBudget db"), "{text}");
+    let refused: Vec<u16> = evictions(&api).into_iter().map(|(_, c, _)| c).collect();
+    assert_eq!(refused, vec![429], "one eviction, refused");
+    assert!(api.get_pod("default", "db").is_some());
+    h.stop_agent().await;
+}

@@ -210,11 +210,14 @@ async fn cordon(client: &kube::Client, node: &str) -> Result<(), DrainError> {
 }
 
 /// Evicts `waves` one after another (a wave's pods together), each wave finished (its pods
-/// gone) before the next. Returns the rows at the end.
+/// gone) before the next. Returns the rows at the end. A pod in `budget_bound` (by UID, with
+/// the budgets its eviction violates) is given up at its first 429: that budget allows no
+/// disruption, and waiting cannot change what the plan already knew.
 #[allow(clippy::too_many_arguments)]
 async fn evict_waves(
     client: &kube::Client,
     waves: Vec<Vec<DrainPod>>,
+    budget_bound: &BTreeMap<String, Vec<String>>,
     grace_period: Option<i64>,
     deadline: Option<Instant>,
     cancel: &CancellationToken,
@@ -312,6 +315,14 @@ async fn evict_waves(
                 let (state, retry) = match new {
                     Evicted::Accepted => (State::Terminating, POLL),
                     Evicted::Gone => (State::Gone, POLL),
+                    Evicted::Blocked(m, _) if budget_bound.contains_key(&r.pod.uid) => {
+                        let names = budget_bound[&r.pod.uid].join(", ");
+                        let why = format!(
+                            "evicting it violates PodDisruptionBudget {names}, which allows no \
+                             disruption now: the Eviction API refuses it ({m}); not retried"
+                        );
+                        (State::Failed(why), POLL)
+                    }
                     Evicted::Blocked(m, after) => (State::Blocked(m), after),
                     Evicted::Failed(m) => (State::Failed(m), POLL),
                 };
@@ -474,6 +485,7 @@ pub async fn drain(
     let (rows, err) = evict_waves(
         &client,
         plan.waves.clone(),
+        &BTreeMap::new(),
         a.grace_period,
         deadline,
         &cancel,
@@ -567,7 +579,8 @@ pub async fn make_room(
             format!("priority {} < {}", v.pod.priority, a.priority)
         } else {
             format!(
-                "priority {} < {}; violates budget {}",
+                "priority {} < {}; violates budget {} (the Eviction API will refuse it while \
+                 the budget allows no disruption: make-room then stops, exit 1)",
                 v.pod.priority,
                 a.priority,
                 v.violates.join(", ")
@@ -601,6 +614,20 @@ pub async fn make_room(
         .map(|pod| pods::drain_pods(std::slice::from_ref(*pod)).remove(0))
         .collect();
     let deadline = a.timeout.map(|t| Instant::now() + t);
-    let (_, err) = evict_waves(&client, vec![wave], None, deadline, &cancel, &mut p).await;
+    let budget_bound: BTreeMap<String, Vec<String>> = victims
+        .iter()
+        .filter(|v| !v.violates.is_empty())
+        .map(|v| (v.pod.uid.clone(), v.violates.clone()))
+        .collect();
+    let (_, err) = evict_waves(
+        &client,
+        vec![wave],
+        &budget_bound,
+        None,
+        deadline,
+        &cancel,
+        &mut p,
+    )
+    .await;
     err.map_or(Ok(()), Err)
 }
