@@ -767,6 +767,82 @@ async fn api_outage_and_error_storms_lose_no_status_or_delete() {
     agent.wait().unwrap();
 }
 
+/// Issue 28, item 1, on the real containerd: containerd is down (stopped; its shims and the
+/// containers run on) when a grace-3 pod is deleted, and comes back 5 s later. reaplet's
+/// first attempts cannot even list the pod; the one that gets through is past the first
+/// attempt's deadline, but the container was never signalled: it still gets its preStop hook
+/// (which writes to the container's log) and then SIGTERM with the 2 s floor, never a bare
+/// SIGKILL: the TERM-ignoring container exits 137 no sooner than 2 s after containerd is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_down_when_a_pod_is_deleted_still_gets_its_hook_and_sigterm() {
+    const DOWN: Duration = Duration::from_secs(5);
+    let (tb, api, root, kc, log) = bed("faults-down").await;
+    let hook =
+        serde_json::json!({"exec": {"command": ["/bin/sh", "-c", "echo hook-ran > /proc/1/fd/1"]}});
+    let t = PodTemplate::new("down", 3)
+        .container(ContainerTemplate::new("app", IGNORES_TERM).pre_stop(hook));
+    let p = launch_in_api(&api, &tb, &t).await;
+    let mut agent = spawn_agent(&tb, root.path(), &kc, &log);
+    let _g = KillOnDrop(agent.id());
+    wait_in_sync(&api).await;
+    let pid: i32 = std::fs::read_to_string(tb.dir.join("containerd.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        Command::new("kill")
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    api.delete_pod("default", "down", None);
+    tokio::time::sleep(DOWN).await;
+    tb.restart_containerd().expect("containerd starts again");
+    let back = now_ns();
+    let names = ["down"];
+    wait_pods_gone(&api, &names, Duration::from_secs(60), || {
+        format!("after containerd came back\n{}", tail(&read_log(&log), 40))
+    })
+    .await;
+    let st = tb
+        .client()
+        .container_status(p.container_id("app"))
+        .await
+        .unwrap();
+    let after = secs(st.finished_at - back);
+    let out = std::fs::read_to_string(tb.dir.join("logs").join(&t.uid).join("app/0.log"))
+        .unwrap_or_default();
+    // the CRI log line's own timestamp: when the hook wrote, just before the SIGTERM
+    let hook_at = out
+        .lines()
+        .find(|l| l.ends_with("hook-ran"))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|ts| ts.parse::<jiff::Timestamp>().ok())
+        .map(|ts| ts.as_nanosecond() as i64);
+    println!(
+        "containerd down {DOWN:?}: exit {} {after:.3} s after it was back; hook at {:?} s",
+        st.exit_code,
+        hook_at.map(|h| secs(h - back))
+    );
+    let Some(hook_at) = hook_at else {
+        panic!("no preStop hook: {out:?}\n{}", tail(&read_log(&log), 40));
+    };
+    assert_eq!(st.exit_code, 137);
+    let killed = secs(st.finished_at - hook_at);
+    assert!(
+        killed >= 2.0,
+        "SIGKILLed {killed:.3} s after the hook: no SIGTERM with the 2 s floor\n{}",
+        tail(&read_log(&log), 40)
+    );
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn containerd_restarted_mid_termination_finishes_everything() {
     /// The pods' grace; the preStop hook's sleep, its exec's start-up (measured < 0.1 s), and

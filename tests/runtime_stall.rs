@@ -292,7 +292,7 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
     let stall_took = (resumed - stopped).as_secs_f64();
 
     // the deleted pods end: their stop calls were waiting in containerd and carry the grace
-    // (a retried one counts down to the first attempt's deadline, long past: SIGKILL at once);
+    // (one never answered is sent again as SIGTERM with the 2 s floor, once: `records`);
     // readiness returns at the first relist answered: the one waiting answers at once, else
     // the next (relist period 1 s), probed every 100 ms
     let bound = Duration::from_secs(GRACE + FLOOR) + ONE_RETRY + TEARDOWN;
