@@ -299,6 +299,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         cfg.pod_manifest_path.as_deref(),
         cfg.kubelet_static_pod_path.as_deref(),
     );
+    tracing::info!(staticPods = ?pipeline.static_pods, "whose the node's static pods are");
     if pipeline.volume_teardown
         && let Err(why) = crate::volumes::teardown::can_tear_down(
             std::path::Path::new("/proc"),

@@ -327,18 +327,14 @@ async fn kill_container<R: Runtime>(
     let timeout = match memory.stop_deadline(&c.id, &proposed).await {
         StopStart::Fresh => timeout,
         StopStart::Continue(deadline) | StopStart::Resent(deadline) => {
-            let left = deadline.ms_from(&now).max(0);
-            tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
-            tracing::info!(gracePeriod = left / 1000, "continuing a stop already sent");
-            left / 1000
+            let t = on_deadline(&deadline, &now).await;
+            tracing::info!(gracePeriod = t, "continuing a stop already sent");
+            t
         }
         StopStart::Unanswered(deadline) => {
-            // on the deadline as a continued stop is (the part of a second waited out first),
-            // or the floor from now
-            let left = deadline.ms_from(&now).max(0);
-            let t = if left / 1000 >= grace::MIN_CONTAINER_GRACE {
-                tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
-                left / 1000
+            // on the deadline as a continued stop is, or the floor from now
+            let t = if deadline.ms_from(&now) >= grace::MIN_CONTAINER_GRACE * 1000 {
+                on_deadline(&deadline, &now).await
             } else {
                 grace::MIN_CONTAINER_GRACE
             };
@@ -372,6 +368,14 @@ async fn kill_container<R: Runtime>(
             })
         }
     }
+}
+
+/// The stop timeout that SIGKILLs on `deadline`: the part of a second left is waited out
+/// first, then the whole seconds left (0 once past).
+async fn on_deadline(deadline: &Stamp, now: &Stamp) -> i64 {
+    let left = deadline.ms_from(now).max(0);
+    tokio::time::sleep(std::time::Duration::from_millis((left % 1000) as u64)).await;
+    left / 1000
 }
 
 #[cfg(test)]

@@ -336,6 +336,15 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
     assert_eq!(c, c0, "the Eviction API's DisruptionTarget was overwritten");
 }
 
+/// An API server holding one TERM-trapping pod `name` (grace 30), and a root dir.
+async fn one_pod(name: &str) -> (ApiServer, tempfile::TempDir, PodTemplate) {
+    let api = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let t = PodTemplate::new(name, 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    api.create_pod(t.api_object());
+    (api, dir, t)
+}
+
 /// An eviction's kill reason (a disruption target: the status patch reads the pod first).
 fn evicted() -> reaplet::lifecycle::KillReason {
     reaplet::lifecycle::KillReason::Requested {
@@ -351,10 +360,7 @@ fn evicted() -> reaplet::lifecycle::KillReason {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_403_read_for_another_cause_keeps_the_status_and_retries() {
     use reaplet::workers::StatusSink;
-    let api = ApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let t = PodTemplate::new("kept", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
-    api.create_pod(t.api_object());
+    let (api, dir, t) = one_pod("kept").await;
     api.forbid_pod_gets(true);
     let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
     let reason = evicted();
@@ -401,10 +407,7 @@ async fn a_403_read_for_another_cause_keeps_the_status_and_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_403_read_of_a_pod_that_is_gone_drops_its_status() {
     use reaplet::workers::StatusSink;
-    let api = ApiServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let gone = PodTemplate::new("gone", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
-    api.create_pod(gone.api_object());
+    let (api, dir, gone) = one_pod("gone").await;
     api.delete_pod("default", "gone", Some(0));
     let (sm, cancel) = status_manager(&api, dir.path(), NODE).await;
     let finals = exited_app(137, "Error");
