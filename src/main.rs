@@ -258,21 +258,27 @@ struct DrainCmd {
 struct MakeRoomCmd {
     #[command(flatten)]
     op: OperatorArgs,
-    /// CPU to free (a quantity: 500m, 2).
-    #[arg(long, required_unless_present = "for_pod")]
-    cpu: Option<String>,
-    /// Memory to free (a quantity: 512Mi, 2Gi).
-    #[arg(long, required_unless_present = "for_pod")]
-    memory: Option<String>,
-    /// Pod slots to free (default 1).
+    /// A pod manifest (YAML or JSON): its requests, priorityClassName (resolved from the API,
+    /// as admission does) and preemptionPolicy.
     #[arg(long)]
-    pods: Option<i64>,
-    /// The priority of the pod the room is for: only lower priorities are evicted.
-    #[arg(long, required_unless_present = "for_pod")]
-    priority: Option<i32>,
-    /// A pod manifest (YAML or JSON): its requests and priority.
-    #[arg(long, conflicts_with_all = ["cpu", "memory", "priority"])]
     for_pod: Option<PathBuf>,
+    /// CPU the pod requests (a quantity: 500m, 2); overrides the manifest's.
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Memory the pod requests (a quantity: 512Mi, 2Gi); overrides the manifest's.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Ephemeral storage the pod requests; overrides the manifest's.
+    #[arg(long)]
+    ephemeral_storage: Option<String>,
+    /// Any other resource the pod requests, as NAME=QUANTITY (e.g. example.com/gpu=1);
+    /// repeatable; overrides the manifest's.
+    #[arg(long = "request", value_name = "NAME=QUANTITY")]
+    extra: Vec<String>,
+    /// The pod's priority: only lower priorities are evicted. Overrides the manifest's class
+    /// (default: the manifest's class, else the cluster's global default class, else 0).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
 }
 
 #[derive(clap::Args)]
@@ -805,6 +811,10 @@ fn drain_exit(r: std::result::Result<(), reaplet::drain::DrainError>) -> i32 {
             ));
             130
         }
+        Err(e @ reaplet::drain::DrainError::Input(_)) => {
+            say(e.to_string());
+            EXIT_CONFIG
+        }
         Err(e) => {
             say(e.to_string());
             1
@@ -832,57 +842,66 @@ async fn drain_cmd(args: DrainCmd) -> i32 {
     drain_exit(reaplet::drain::run::drain(client, a, cancel, &mut out).await)
 }
 
+/// What `make-room` is asked for, from its flags; `Err` names the flag.
+fn room_spec(args: &MakeRoomCmd) -> std::result::Result<reaplet::drain::room::RoomSpec, String> {
+    use reaplet::drain::quantity::Quantity;
+    let mut spec = reaplet::drain::room::RoomSpec {
+        priority: args.priority,
+        ..Default::default()
+    };
+    if let Some(f) = &args.for_pod {
+        let pod = std::fs::read_to_string(f)
+            .map_err(anyhow::Error::from)
+            .and_then(|t| {
+                serde_json::from_str(&t)
+                    .or_else(|_| serde_saphyr::from_str(&t).map_err(|e| anyhow::anyhow!("{e}")))
+            })
+            .map_err(|e| format!("--for-pod {}: {e}", f.display()))?;
+        spec.pod = Some(pod);
+    }
+    let named = [
+        ("cpu", &args.cpu),
+        ("memory", &args.memory),
+        ("ephemeral-storage", &args.ephemeral_storage),
+    ];
+    let mut given: Vec<(String, String, String)> = named
+        .iter()
+        .filter_map(|(n, v)| {
+            v.as_ref()
+                .map(|v| (n.to_string(), v.clone(), format!("--{n}")))
+        })
+        .collect();
+    for e in &args.extra {
+        let (n, v) = e
+            .split_once('=')
+            .ok_or_else(|| format!("--request {e:?}: must be NAME=QUANTITY"))?;
+        given.push((n.to_string(), v.to_string(), format!("--request {n}")));
+    }
+    for (name, value, flag) in given {
+        let q = Quantity::parse(&value).map_err(|e| format!("{flag} {value:?}: {e}"))?;
+        if q.cmp_value(&Quantity::default()) == std::cmp::Ordering::Less {
+            return Err(format!("{flag} {value:?}: must not be negative"));
+        }
+        spec.requests.insert(name, q);
+    }
+    Ok(spec)
+}
+
 async fn make_room_cmd(args: MakeRoomCmd) -> i32 {
+    let spec = match room_spec(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            say(e);
+            return EXIT_CONFIG;
+        }
+    };
     let (client, node, timeout, output, cancel) = match operator_setup(&args.op).await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let (request, priority) = match &args.for_pod {
-        Some(f) => {
-            let pod: Result<k8s_openapi::api::core::v1::Pod> = std::fs::read_to_string(f)
-                .map_err(anyhow::Error::from)
-                .and_then(|t| {
-                    serde_json::from_str(&t)
-                        .or_else(|_| serde_saphyr::from_str(&t).map_err(|e| anyhow::anyhow!("{e}")))
-                });
-            match pod {
-                Ok(p) => (
-                    reaplet::drain::pods::requests(&p),
-                    p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
-                ),
-                Err(e) => {
-                    say(format!("--for-pod {}: {e}", f.display()));
-                    return EXIT_CONFIG;
-                }
-            }
-        }
-        None => {
-            let q = |name: &str, v: &Option<String>| {
-                v.as_deref()
-                    .and_then(reaplet::drain::pods::milli)
-                    .filter(|m| *m >= 0)
-                    .ok_or_else(|| format!("--{name} {v:?}: not a quantity"))
-            };
-            match (q("cpu", &args.cpu), q("memory", &args.memory)) {
-                (Ok(cpu), Ok(mem)) => (
-                    reaplet::drain::preempt::Resources {
-                        cpu_milli: cpu,
-                        memory: mem / 1000,
-                        pods: args.pods.unwrap_or(1),
-                    },
-                    args.priority.unwrap_or(0),
-                ),
-                (Err(e), _) | (_, Err(e)) => {
-                    say(e);
-                    return EXIT_CONFIG;
-                }
-            }
-        }
-    };
     let a = reaplet::drain::run::RoomArgs {
         node,
-        request,
-        priority,
+        spec,
         dry_run: args.op.dry_run,
         timeout,
         output,

@@ -292,7 +292,12 @@ async fn make_room_ends_exactly_the_planned_victims() {
     };
     let (code, text) = run(&["--dry-run"]);
     assert_eq!(code, Some(0), "{text}");
-    let victims: Vec<&str> = text.lines().filter(|l| l.starts_with("victim")).collect();
+    // each victim's line: who, why (then its start time and requests)
+    let victims: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("victim"))
+        .map(|l| l.split(';').next().unwrap_or_default())
+        .collect();
     assert_eq!(
         victims,
         vec![
@@ -425,7 +430,8 @@ async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
     println!("{text}");
     assert_eq!(status.code(), Some(1), "{text}");
     assert!(
-        text.contains("victim   default/db: priority 1 < 8; violates budget db"),
+        text.lines().any(|l| l.starts_with("victim   default/db: priority 1 < 8;")
+            && l.contains("requests cpu 3000m; violates budget db")),
         "{text}"
     );
     assert!(text.contains("PodDisruptionBudget db"), "{text}");

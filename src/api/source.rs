@@ -34,14 +34,8 @@ use tokio_util::sync::CancellationToken;
 /// The source name for [`PodWorkers::expect_sources`].
 pub const SOURCE: &str = "api";
 
-/// A mirror pod: the API's copy of one of the kubelet's static pods (another UID; the kubelet
-/// recreates it when it is deleted). Not a pod reaplet ends.
-fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
-}
+/// A mirror pod is not a pod reaplet ends.
+use crate::pod::is_mirror;
 
 fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
     if is_mirror(pod) {

@@ -4,22 +4,33 @@
 //!
 //! * [`rank`]: `ActivePodsWithRanks.Less`; [`plan`]: drain's filters, order and waves;
 //!   [`preempt`]: `selectVictimsOnNode`; all pure;
-//! * [`pods`]: reading the API objects into what those need;
-//! * [`run`]: the commands: cordon, the plan printed, evictions wave by wave (429: after the
-//!   server's `Retry-After`, else 5 s, with the budget named), waiting for each pod to go,
-//!   `--timeout`, Ctrl-C (stops issuing evictions, the node stays cordoned), progress as a live
-//!   table on a terminal, plain lines otherwise, JSON on request.
+//! * [`quantity`]: `resource.Quantity` exactly; [`pods`], [`requests`]: reading the API objects
+//!   into what the ranking and preemption need;
+//! * [`run`] (drain) and [`room`] (make-room): the commands: cordon, the plan printed;
+//!   [`evict`]: evictions wave by wave (429: after the server's `Retry-After`, else 5 s, with
+//!   the budget named), waiting for each pod to go, `--timeout`, Ctrl-C (stops issuing
+//!   evictions, the node stays cordoned); [`progress`]: a live table on a terminal, plain
+//!   lines otherwise, one JSON document on request.
 //!
 //! Invariants: nothing is evicted before the plan is printed; `--dry-run` writes nothing (not
 //! even the cordon); a pod is evicted with a UID precondition, so a pod recreated under its
 //! name is never touched.
 
+pub mod evict;
 pub mod plan;
 pub mod pods;
 pub mod preempt;
+pub mod progress;
+pub mod quantity;
 pub mod rank;
+pub mod requests;
+pub mod room;
 pub mod run;
 
+#[cfg(test)]
+mod exact_tests;
+#[cfg(test)]
+mod quantity_tests;
 #[cfg(test)]
 mod tests;
 
@@ -39,9 +50,7 @@ pub enum DrainError {
     },
     #[error("interrupted; the node stays cordoned; still on the node: {left:?}")]
     Interrupted { left: Vec<String> },
-    #[error(
-        "the request cannot fit on the node even with every lower-priority pod gone (short by {0})"
-    )]
+    #[error("the pod cannot fit on the node even with every lower-priority pod gone: {0}")]
     Impossible(String),
     #[error("{0}")]
     Input(String),

@@ -3,39 +3,26 @@
 //! smallest damage that frees what a pod of priority P needs. Pure.
 //!
 //! 1. only pods of lower priority than P are candidates; all of them are removed, and if the
-//!    request does not fit even then (allocatable minus the requests of the pods left), there is
-//!    no plan;
+//!    request does not fit even then, there is no plan. Fitting is `NodeResourcesFit`'s
+//!    `fitsRequest`: the pod count always; CPU, memory, ephemeral storage and each scalar
+//!    resource only when the pod requests more than 0 of it, against allocatable minus the
+//!    requests of the pods left (exact integers: millicores and whole units, as the scheduler
+//!    reads quantities);
 //! 2. the candidates are ordered most important first (higher priority; equal priority: the
-//!    earlier started), and split into those whose eviction would violate a
-//!    PodDisruptionBudget (`filterPodsWithPDBViolation`: each budget's `disruptionsAllowed`
-//!    decremented per pod it selects, in that order, pods already in its `disruptedPods`
-//!    not counted; below zero violates) and the rest;
+//!    earlier started, a pod not started yet counting as started now), and split into those
+//!    whose eviction would violate a PodDisruptionBudget (`filterPodsWithPDBViolation`: each
+//!    budget's `disruptionsAllowed` decremented per pod it selects, in that order, pods already
+//!    in its `disruptedPods` not counted, a pod without labels selected by none; below zero
+//!    violates) and the rest;
 //! 3. each is reprieved in turn, the violating ones first: added back, and kept when the request
 //!    still fits; otherwise it is a victim.
+//!
+//! Pods already terminating still hold their requests (the scheduler's cache keeps them until
+//! they are gone) and may be victims (nothing more is sent for them). One deliberate difference:
+//! a mirror pod is never a victim (deleting it frees nothing; the kubelet makes it again).
 
+use super::quantity::Resources;
 use std::collections::BTreeMap;
-
-/// Resources: CPU in millicores, memory in bytes, pods.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Resources {
-    pub cpu_milli: i64,
-    pub memory: i64,
-    pub pods: i64,
-}
-
-impl Resources {
-    fn add(self, o: Resources) -> Resources {
-        Resources {
-            cpu_milli: self.cpu_milli + o.cpu_milli,
-            memory: self.memory + o.memory,
-            pods: self.pods + o.pods,
-        }
-    }
-
-    fn fits_in(self, cap: Resources) -> bool {
-        self.cpu_milli <= cap.cpu_milli && self.memory <= cap.memory && self.pods <= cap.pods
-    }
-}
 
 /// A pod on the node, as preemption reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,13 +32,15 @@ pub struct Candidate {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub priority: i32,
-    /// Seconds since it started (`status.startTime`); earlier started = larger.
-    pub started_ago: f64,
-    /// Its requests (`pods` is 1).
+    /// `status.startTime` in ns since the epoch; a pod not started yet has the plan's "now"
+    /// (`GetPodStartTime`).
+    pub started: i128,
+    /// Its requests as the scheduler counts them.
     pub requests: Resources,
-    /// May be a victim (a mirror pod may not: evicting it frees nothing, the kubelet makes it
-    /// again).
+    /// May be a victim (a mirror pod may not).
     pub evictable: bool,
+    /// Already being deleted: a victim needs no request.
+    pub terminating: bool,
 }
 
 /// One requirement of a budget's label selector.
@@ -64,7 +53,7 @@ pub enum Req {
 }
 
 impl Req {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         match self {
             Req::In(k, v) => labels.get(k).is_some_and(|l| v.contains(l)),
             Req::NotIn(k, v) => labels.get(k).is_none_or(|l| !v.contains(l)),
@@ -87,7 +76,9 @@ pub struct Budget {
 
 impl Budget {
     fn selects(&self, c: &Candidate) -> bool {
-        c.namespace == self.namespace
+        // a pod without labels matches no budget (preemption does not even look)
+        !c.labels.is_empty()
+            && c.namespace == self.namespace
             && self
                 .selector
                 .as_ref()
@@ -103,6 +94,27 @@ pub struct Victim {
     pub violates: Vec<String>,
 }
 
+/// What a resource lacks: the request is larger than allocatable minus what the pods left
+/// request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// `cpu` (in millicores), `memory`, `ephemeral-storage`, `pods` or a scalar resource's name.
+    pub resource: String,
+    pub requested: i64,
+    /// What the pods that would stay request (for `pods`: how many there are).
+    pub used: i64,
+    pub allocatable: i64,
+}
+
+impl Shortfall {
+    /// By how much the request is too large.
+    pub fn short(&self) -> i64 {
+        self.requested
+            .saturating_add(self.used)
+            .saturating_sub(self.allocatable)
+    }
+}
+
 /// The plan, or why there is none.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
@@ -111,22 +123,84 @@ pub enum Plan {
     /// The request fits without evicting anything.
     FitsAlready,
     /// It does not fit even with every lower-priority pod gone.
-    Impossible { short: Resources },
+    Impossible { short: Vec<Shortfall> },
 }
 
-/// Whether `request` fits beside `pods` in `allocatable`.
-fn fits(request: Resources, pods: &[&Candidate], allocatable: Resources) -> bool {
-    pods.iter()
-        .fold(request, |acc, p| acc.add(p.requests))
-        .fits_in(allocatable)
+/// `fitsRequest`: what `request` lacks beside `pods` on a node with `allocatable` (empty: it
+/// fits).
+pub fn shortfalls(
+    request: &Resources,
+    pods: &[&Candidate],
+    allocatable: &Resources,
+) -> Vec<Shortfall> {
+    let mut out = Vec::new();
+    let n = pods.len() as i64;
+    if n + 1 > allocatable.pods {
+        out.push(Shortfall {
+            resource: "pods".into(),
+            requested: 1,
+            used: n,
+            allocatable: allocatable.pods,
+        });
+    }
+    if request.is_zero() {
+        return out;
+    }
+    let used = pods
+        .iter()
+        .fold(Resources::default(), |acc, p| acc.plus(&p.requests));
+    let mut check = |name: &str, req: i64, used: i64, alloc: i64| {
+        if req > 0 && req > alloc.saturating_sub(used) {
+            out.push(Shortfall {
+                resource: name.into(),
+                requested: req,
+                used,
+                allocatable: alloc,
+            });
+        }
+    };
+    check(
+        "cpu",
+        request.milli_cpu,
+        used.milli_cpu,
+        allocatable.milli_cpu,
+    );
+    check("memory", request.memory, used.memory, allocatable.memory);
+    check(
+        "ephemeral-storage",
+        request.ephemeral_storage,
+        used.ephemeral_storage,
+        allocatable.ephemeral_storage,
+    );
+    for (name, &req) in &request.scalar {
+        check(
+            name,
+            req,
+            used.scalar.get(name).copied().unwrap_or(0),
+            allocatable.scalar.get(name).copied().unwrap_or(0),
+        );
+    }
+    out
+}
+
+fn fits(request: &Resources, pods: &[&Candidate], allocatable: &Resources) -> bool {
+    shortfalls(request, pods, allocatable).is_empty()
+}
+
+/// `MoreImportantPod` as an order (most important first), ties by UID.
+fn more_important_first(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.priority
+        .cmp(&a.priority)
+        .then(a.started.cmp(&b.started))
+        .then(a.uid.cmp(&b.uid))
 }
 
 /// Victim selection for a pod of `priority` requesting `request`, on a node with
 /// `allocatable` and `pods`, under `budgets`.
 pub fn select(
-    request: Resources,
+    request: &Resources,
     priority: i32,
-    allocatable: Resources,
+    allocatable: &Resources,
     pods: &[Candidate],
     budgets: &[Budget],
 ) -> Plan {
@@ -137,23 +211,11 @@ pub fn select(
     let (mut candidates, mut remaining): (Vec<&Candidate>, Vec<&Candidate>) = pods
         .iter()
         .partition(|p| p.priority < priority && p.evictable);
-    if !fits(request, &remaining, allocatable) {
-        let used = remaining.iter().fold(request, |acc, p| acc.add(p.requests));
-        return Plan::Impossible {
-            short: Resources {
-                cpu_milli: (used.cpu_milli - allocatable.cpu_milli).max(0),
-                memory: (used.memory - allocatable.memory).max(0),
-                pods: (used.pods - allocatable.pods).max(0),
-            },
-        };
+    let short = shortfalls(request, &remaining, allocatable);
+    if candidates.is_empty() || !short.is_empty() {
+        return Plan::Impossible { short };
     }
-    // most important first: higher priority, then started earlier
-    candidates.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(b.started_ago.total_cmp(&a.started_ago))
-            .then(a.uid.cmp(&b.uid))
-    });
+    candidates.sort_by(|a, b| more_important_first(a, b));
     // which would violate a budget, in that order
     let mut allowed: Vec<i32> = budgets.iter().map(|b| b.disruptions_allowed).collect();
     let mut violating: Vec<(&Candidate, Vec<String>)> = Vec::new();
@@ -179,8 +241,8 @@ pub fn select(
     fn reprieve<'a>(
         c: &'a Candidate,
         remaining: &mut Vec<&'a Candidate>,
-        request: Resources,
-        allocatable: Resources,
+        request: &Resources,
+        allocatable: &Resources,
     ) -> bool {
         remaining.push(c);
         if fits(request, remaining, allocatable) {
@@ -207,12 +269,6 @@ pub fn select(
         }
     }
     // most important first, as the scheduler reports them
-    victims.sort_by(|a, b| {
-        b.pod
-            .priority
-            .cmp(&a.pod.priority)
-            .then(b.pod.started_ago.total_cmp(&a.pod.started_ago))
-            .then(a.pod.uid.cmp(&b.pod.uid))
-    });
+    victims.sort_by(|a, b| more_important_first(&a.pod, &b.pod));
     Plan::Victims(victims)
 }

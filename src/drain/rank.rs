@@ -7,56 +7,99 @@
 //! 2. `Pending` < `Unknown` < `Running` (any other phase counts as `Pending`);
 //! 3. not ready before ready;
 //! 4. lower `controller.kubernetes.io/pod-deletion-cost` first (missing or invalid: 0);
-//! 5. more replicas of the same owner on the pod's node first (the "doubled up" rank);
+//! 5. more related active pods on the pod's node first (the "doubled up" rank: for a
+//!    ReplicaSet of a Deployment, the pods of all that Deployment's ReplicaSets; a ReplicaSet
+//!    without an owner ranks 0);
 //! 6. both ready: more recently ready first, on a log2 scale of the time since (same bucket:
-//!    the smaller UID first); a missing ready time counts as most recent;
-//! 7. more container restarts first (the highest count of any container);
+//!    the smaller UID first); a missing ready time counts as most recent. Times are measured
+//!    at full precision from one "now" per plan to the pods' second-precision timestamps, and
+//!    the bucket is Go's `int64(math.Log2(float64(ns)))` ([`log_rank`]);
+//! 7. more container restarts first (the highest count of any container; equal: of any sidecar);
 //! 8. newer first, on the same log2 scale of the age (same bucket: the smaller UID first); a
 //!    missing creation time counts as newest;
-//! 9. otherwise equal (the sort is stable; callers break the tie by UID).
+//! 9. otherwise equal (the controller's sort is not stable, so such a tie is arbitrary there;
+//!    callers break it by UID).
 
 use std::cmp::Ordering;
 
-/// What the ranking reads of a pod.
+/// A pod's phase as the ranking orders it (`Pending` < `Unknown` < `Running`; any other
+/// phase counts as `Pending`, as the controller's map lookup gives 0 for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum Phase {
+    Pending,
+    Unknown,
+    Running,
+}
+
+impl Phase {
+    pub fn from_api(phase: Option<&str>) -> Phase {
+        match phase {
+            Some("Unknown") => Phase::Unknown,
+            Some("Running") => Phase::Running,
+            _ => Phase::Pending,
+        }
+    }
+}
+
+/// What the ranking reads of a pod. Times are nanoseconds from the plan's one "now" (the
+/// controller's `metav1.Now()`, full precision) back to the pod's second-precision timestamp;
+/// `None` is a missing (zero) timestamp.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RankedPod {
     pub uid: String,
     pub assigned: bool,
-    /// `Pending`, `Unknown`, `Running`, ...
-    pub phase: String,
+    pub phase: Phase,
     pub ready: bool,
-    /// Seconds since the pod became ready (its Ready condition's `lastTransitionTime`).
-    pub ready_for: Option<f64>,
+    /// Since the pod became ready (its Ready condition's `lastTransitionTime`), in ns.
+    pub ready_for: Option<i64>,
     /// `controller.kubernetes.io/pod-deletion-cost`.
     pub deletion_cost: i32,
     /// Replicas of the same owner on this pod's node (the controller's rank).
     pub colocated: u32,
+    /// The highest restart count of the containers.
     pub restarts: i32,
-    /// Seconds since `metadata.creationTimestamp`.
-    pub age: Option<f64>,
+    /// The highest of the sidecars (restartable init containers): decides after `restarts`.
+    pub sidecar_restarts: i32,
+    /// Since `metadata.creationTimestamp`, in ns.
+    pub age: Option<i64>,
 }
 
-fn phase_ordinal(p: &str) -> u8 {
-    match p {
-        "Unknown" => 1,
-        "Running" => 2,
-        _ => 0,
+impl RankedPod {
+    /// The log2 bucket of the time since ready, when the ranking reads it.
+    pub fn ready_bucket(&self) -> Option<i64> {
+        self.ready_for.filter(|_| self.ready).map(log_rank)
+    }
+
+    /// The log2 bucket of the age.
+    pub fn creation_bucket(&self) -> Option<i64> {
+        self.age.map(log_rank)
     }
 }
 
-/// `floor(log2(nanoseconds))`, -1 for nothing elapsed (the controller's `logarithmicRankDiff`).
-fn log_rank(secs: f64) -> i64 {
-    let ns = secs * 1e9;
-    if ns > 0.0 {
-        ns.log2().floor() as i64
-    } else {
-        -1
+/// The controller's `logarithmicRankDiff` term for one duration: `int64(math.Log2(float64(d)))`
+/// for `d > 0` ns, else -1, computed as Go's `math.Log2` does: the duration converted to a
+/// float, split into a fraction in [0.5, 1) and a binary exponent, the exponent plus the
+/// fraction's logarithm, truncated. Below 2^49 ns (6.5 days) that is the binary exponent of
+/// the duration; above it, in the last nanoseconds before a power of two, the sum rounds up
+/// to it, and so does this.
+pub fn log_rank(ns: i64) -> i64 {
+    if ns <= 0 {
+        return -1;
     }
+    let x = ns as f64;
+    // x is a positive normal double: x = frac * 2^exp with frac in [0.5, 1)
+    let exp = ((x.to_bits() >> 52) & 0x7ff) as i64 - 1022;
+    let frac = f64::from_bits((x.to_bits() & !(0x7ff << 52)) | (1022 << 52));
+    if frac == 0.5 {
+        return exp - 1;
+    }
+    (frac.ln() * (1.0 / std::f64::consts::LN_2) + exp as f64) as i64
 }
 
-/// Time-based rule: `a` and `b` are "seconds since"; a missing one sorts first; else the
-/// more recent (smaller) log bucket first; the same bucket: the smaller UID first.
-fn recent_first(a: Option<f64>, b: Option<f64>, ua: &str, ub: &str) -> Option<Ordering> {
+/// Time-based rule: `a` and `b` are "since"; equal times (same timestamp) do not decide; a
+/// missing one sorts first (`afterOrZero`); else the more recent (smaller) log bucket first;
+/// the same bucket: the smaller UID first.
+fn recent_first(a: Option<i64>, b: Option<i64>, ua: &str, ub: &str) -> Option<Ordering> {
     match (a, b) {
         (None, None) => None,
         (None, Some(_)) => Some(Ordering::Less),
@@ -78,9 +121,8 @@ pub fn compare(a: &RankedPod, b: &RankedPod) -> Ordering {
             Ordering::Less
         };
     }
-    let (pa, pb) = (phase_ordinal(&a.phase), phase_ordinal(&b.phase));
-    if pa != pb {
-        return pa.cmp(&pb);
+    if a.phase != b.phase {
+        return a.phase.cmp(&b.phase);
     }
     if a.ready != b.ready {
         return if a.ready {
@@ -103,6 +145,9 @@ pub fn compare(a: &RankedPod, b: &RankedPod) -> Ordering {
     }
     if a.restarts != b.restarts {
         return b.restarts.cmp(&a.restarts);
+    }
+    if a.sidecar_restarts != b.sidecar_restarts {
+        return b.sidecar_restarts.cmp(&a.sidecar_restarts);
     }
     if let Some(o) = recent_first(a.age, b.age, &a.uid, &b.uid) {
         return o;

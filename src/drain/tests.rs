@@ -1,7 +1,7 @@
 use super::plan::{self, DrainPod, Options, Refusal, Skip};
-use super::pods::milli;
-use super::preempt::{self, Budget, Candidate, Plan, Req, Resources};
-use super::rank::{RankedPod, compare, sort};
+use super::preempt::{self, Budget, Candidate, Plan, Req};
+use super::quantity::Resources;
+use super::rank::{Phase, RankedPod, compare, sort};
 use proptest::prelude::*;
 use std::cmp::Ordering;
 
@@ -9,13 +9,14 @@ fn base(uid: &str) -> RankedPod {
     RankedPod {
         uid: uid.into(),
         assigned: true,
-        phase: "Running".into(),
+        phase: Phase::Running,
         ready: true,
-        ready_for: Some(1000.0),
+        ready_for: Some(1000000000000),
         deletion_cost: 0,
         colocated: 1,
         restarts: 0,
-        age: Some(5000.0),
+        sidecar_restarts: 0,
+        age: Some(5000000000000),
     }
 }
 
@@ -34,7 +35,7 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "pending before running",
             RankedPod {
-                phase: "Pending".into(),
+                phase: Phase::Pending,
                 ready: false,
                 ..base("b")
             },
@@ -43,18 +44,18 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "pending before unknown",
             RankedPod {
-                phase: "Pending".into(),
+                phase: Phase::Pending,
                 ..base("b")
             },
             RankedPod {
-                phase: "Unknown".into(),
+                phase: Phase::Unknown,
                 ..base("a")
             },
         ),
         (
             "unknown before running",
             RankedPod {
-                phase: "Unknown".into(),
+                phase: Phase::Unknown,
                 ..base("b")
             },
             base("a"),
@@ -94,7 +95,7 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "more recently ready first (another log bucket)",
             RankedPod {
-                ready_for: Some(10.0),
+                ready_for: Some(10000000000),
                 ..base("b")
             },
             base("a"),
@@ -110,7 +111,7 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "same ready bucket: the smaller uid",
             RankedPod {
-                ready_for: Some(1001.0),
+                ready_for: Some(1001000000000),
                 ..base("a")
             },
             base("b"),
@@ -126,7 +127,7 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "newer first",
             RankedPod {
-                age: Some(10.0),
+                age: Some(10000000000),
                 ..base("b")
             },
             base("a"),
@@ -142,7 +143,7 @@ fn each_ranking_rule_decides_in_its_turn() {
         (
             "same age bucket: the smaller uid",
             RankedPod {
-                age: Some(5001.0),
+                age: Some(5001000000000),
                 ..base("a")
             },
             base("b"),
@@ -159,25 +160,25 @@ fn each_ranking_rule_decides_in_its_turn() {
     // readiness times count only when both are ready
     let a = RankedPod {
         ready: false,
-        phase: "Running".into(),
-        ready_for: Some(1.0),
+        phase: Phase::Running,
+        ready_for: Some(1000000000),
         ..base("a")
     };
     let b = RankedPod {
         ready: false,
-        ready_for: Some(9999.0),
+        ready_for: Some(9999000000000),
         ..base("b")
     };
     assert_eq!(compare(&a, &b), Ordering::Equal);
     // an earlier rule wins over a later one
     let cheap_old = RankedPod {
         deletion_cost: -1,
-        age: Some(1e9),
+        age: Some(1_000_000_000_000_000_000),
         ..base("a")
     };
     let dear_new = RankedPod {
         deletion_cost: 5,
-        age: Some(1.0),
+        age: Some(1000000000),
         ..base("b")
     };
     assert_eq!(compare(&cheap_old, &dear_new), Ordering::Less);
@@ -302,6 +303,7 @@ fn cand(
     labels: &[(&str, &str)],
     started_ago: f64,
 ) -> Candidate {
+    let t0: i128 = 1_800_000_000_000_000_000;
     Candidate {
         uid: uid.into(),
         key: uid.into(),
@@ -311,29 +313,31 @@ fn cand(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         priority,
-        started_ago,
+        started: t0 - (started_ago * 1e9) as i128,
         requests: Resources {
-            cpu_milli: cpu,
-            memory: 0,
-            pods: 1,
+            milli_cpu: cpu,
+            ..Resources::default()
         },
         evictable: true,
+        terminating: false,
     }
 }
 
 fn cpu(m: i64) -> Resources {
     Resources {
-        cpu_milli: m,
-        memory: 0,
-        pods: 0,
+        milli_cpu: m,
+        ..Resources::default()
     }
 }
 
-const NODE: Resources = Resources {
-    cpu_milli: 4000,
-    memory: 1 << 40,
-    pods: 110,
-};
+fn node_of(milli_cpu: i64) -> Resources {
+    Resources {
+        milli_cpu,
+        memory: 1 << 40,
+        pods: 110,
+        ..Resources::default()
+    }
+}
 
 fn victims(plan: &Plan) -> Vec<String> {
     match plan {
@@ -354,7 +358,7 @@ fn preemption_removes_lower_priorities_then_reprieves_budgeted_ones_first() {
     // 1000m for priority 50: one victim; a (prio 10) is reprieved first, b started earlier
     // than c so b is more important: c is the victim
     assert_eq!(
-        victims(&preempt::select(cpu(1000), 50, NODE, &pods, &[])),
+        victims(&preempt::select(&cpu(1000), 50, &node_of(4000), &pods, &[])),
         vec!["c"]
     );
     // a budget that allows nothing protects "a": it is reprieved first anyway (violating
@@ -368,16 +372,22 @@ fn preemption_removes_lower_priorities_then_reprieves_budgeted_ones_first() {
     };
     assert_eq!(
         victims(&preempt::select(
-            cpu(2000),
+            &cpu(2000),
             50,
-            NODE,
+            &node_of(4000),
             &pods,
             std::slice::from_ref(&budget)
         )),
         vec!["b", "c"]
     );
     // 3000m: a must go too, and it is reported as violating its budget
-    match preempt::select(cpu(3000), 50, NODE, &pods, std::slice::from_ref(&budget)) {
+    match preempt::select(
+        &cpu(3000),
+        50,
+        &node_of(4000),
+        &pods,
+        std::slice::from_ref(&budget),
+    ) {
         Plan::Victims(v) => {
             let a = v.iter().find(|v| v.pod.uid == "a").unwrap();
             assert_eq!(a.violates, vec!["db".to_string()]);
@@ -387,36 +397,19 @@ fn preemption_removes_lower_priorities_then_reprieves_budgeted_ones_first() {
     // fits already
     let half = vec![cand("x", 1, 1000, &[], 1.0)];
     assert_eq!(
-        preempt::select(cpu(1000), 50, NODE, &half, &[]),
+        preempt::select(&cpu(1000), 50, &node_of(4000), &half, &[]),
         Plan::FitsAlready
     );
     // impossible: only lower priorities count, and the higher one keeps its share
     assert!(matches!(
-        preempt::select(cpu(3500), 50, NODE, &pods, &[]),
-        Plan::Impossible { short } if short.cpu_milli == 500
+        preempt::select(&cpu(3500), 50, &node_of(4000), &pods, &[]),
+        Plan::Impossible { short } if short.len() == 1 && short[0].short() == 500
     ));
     // equal priority is never a victim
     assert!(matches!(
-        preempt::select(cpu(4000), 5, NODE, &pods, &[]),
+        preempt::select(&cpu(4000), 5, &node_of(4000), &pods, &[]),
         Plan::Impossible { .. }
     ));
-}
-
-#[test]
-fn quantities_parse_as_the_api_writes_them() {
-    for (q, m) in [
-        ("500m", Some(500)),
-        ("2", Some(2000)),
-        ("0.5", Some(500)),
-        ("1Ki", Some(1_024_000)),
-        ("128Mi", Some(128 * 1024 * 1024 * 1000)),
-        ("1G", Some(1_000_000_000_000)),
-        ("1e3", Some(1_000_000)),
-        ("abc", None),
-        ("5X", None),
-    ] {
-        assert_eq!(milli(q), m, "{q}");
-    }
 }
 
 fn arb_pods() -> impl Strategy<Value = Vec<Candidate>> {
@@ -447,26 +440,26 @@ proptest! {
         priority in 0i32..6,
         allowed in 0i32..2,
     ) {
-        let node = Resources { cpu_milli: 2000, memory: 1 << 40, pods: 110 };
+        let node = node_of(2000);
         let budgets = vec![Budget {
             name: "a".into(), namespace: "default".into(),
             selector: Some(vec![Req::In("app".into(), vec!["a".into()])]),
             disruptions_allowed: allowed, disrupted: vec![],
         }];
         let request = cpu(request * 100);
-        let plan = preempt::select(request, priority, node, &pods, &budgets);
+        let plan = preempt::select(&request, priority, &node, &pods, &budgets);
         let used = |keep: &dyn Fn(&Candidate) -> bool| pods.iter().filter(|p| keep(p))
-            .fold(request.cpu_milli, |acc, p| acc + p.requests.cpu_milli);
+            .fold(request.milli_cpu, |acc, p| acc + p.requests.milli_cpu);
         match plan {
-            Plan::FitsAlready => prop_assert!(used(&|_| true) <= node.cpu_milli),
-            Plan::Impossible { .. } => prop_assert!(used(&|p| p.priority >= priority) > node.cpu_milli),
+            Plan::FitsAlready => prop_assert!(used(&|_| true) <= node.milli_cpu),
+            Plan::Impossible { .. } => prop_assert!(used(&|p| p.priority >= priority) > node.milli_cpu),
             Plan::Victims(v) => {
                 let gone: Vec<&str> = v.iter().map(|v| v.pod.uid.as_str()).collect();
                 prop_assert!(v.iter().all(|v| v.pod.priority < priority));
-                prop_assert!(used(&|p| !gone.contains(&p.uid.as_str())) <= node.cpu_milli);
+                prop_assert!(used(&|p| !gone.contains(&p.uid.as_str())) <= node.milli_cpu);
                 for g in &gone {
                     let without = |p: &Candidate| !gone.contains(&p.uid.as_str()) || p.uid == *g;
-                    prop_assert!(used(&without) > node.cpu_milli, "{g} could have stayed");
+                    prop_assert!(used(&without) > node.milli_cpu, "{g} could have stayed");
                 }
             }
         }
@@ -484,7 +477,7 @@ fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
         cand("c", 5, 1000, &[("app", "db"), ("tier", "data")], 20.0),
     ];
     assert_eq!(
-        victims(&preempt::select(cpu(1000), 50, NODE, &pods, &[])),
+        victims(&preempt::select(&cpu(1000), 50, &node_of(4000), &pods, &[])),
         vec!["c"]
     );
     let budget = |selector: Option<Vec<Req>>| Budget {
@@ -504,9 +497,9 @@ fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
         let b = budget(Some(sel.clone()));
         assert_eq!(
             victims(&preempt::select(
-                cpu(1000),
+                &cpu(1000),
                 50,
-                NODE,
+                &node_of(4000),
                 &pods,
                 std::slice::from_ref(&b)
             )),
@@ -518,9 +511,9 @@ fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
     let none = budget(None);
     assert_eq!(
         victims(&preempt::select(
-            cpu(1000),
+            &cpu(1000),
             50,
-            NODE,
+            &node_of(4000),
             &pods,
             std::slice::from_ref(&none)
         )),
@@ -531,9 +524,9 @@ fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
     counted.disrupted = vec!["c".into()];
     assert_eq!(
         victims(&preempt::select(
-            cpu(1000),
+            &cpu(1000),
             50,
-            NODE,
+            &node_of(4000),
             &pods,
             std::slice::from_ref(&counted)
         )),
@@ -543,7 +536,13 @@ fn a_budget_decides_which_pod_is_reprieved_and_selectors_follow_preemption() {
     let mut with_mirror = pods.clone();
     with_mirror[3].evictable = false;
     assert_eq!(
-        victims(&preempt::select(cpu(1000), 50, NODE, &with_mirror, &[])),
+        victims(&preempt::select(
+            &cpu(1000),
+            50,
+            &node_of(4000),
+            &with_mirror,
+            &[]
+        )),
         vec!["b"]
     );
 }

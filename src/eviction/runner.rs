@@ -134,13 +134,7 @@ pub(super) fn key(pod: &Pod) -> String {
     )
 }
 
-fn mirror_or_static(pod: &Pod) -> bool {
-    pod.metadata.annotations.as_ref().is_some_and(|a| {
-        a.contains_key("kubernetes.io/config.mirror")
-            || a.get("kubernetes.io/config.source")
-                .is_some_and(|s| s != "api")
-    })
-}
+use crate::pod::is_mirror_or_static as mirror_or_static;
 
 fn daemonset_owned(pod: &Pod) -> bool {
     pod.metadata.owner_references.as_ref().is_some_and(|o| {
@@ -151,11 +145,7 @@ fn daemonset_owned(pod: &Pod) -> bool {
 
 /// A pod that is still running here: not terminal, not being deleted.
 fn live(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && !matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
+    pod.metadata.deletion_timestamp.is_none() && !crate::pod::is_terminal(pod)
 }
 
 /// When the node watch is polled again after a failure.

@@ -232,12 +232,7 @@ impl PodInfo {
             .map(conv)
             .collect::<Result<Vec<_>, _>>()?;
         let phase = status.and_then(|s| s.phase.as_deref());
-        let annotations = meta.annotations.as_ref();
-        let static_pod = annotations.is_some_and(|a| {
-            a.contains_key("kubernetes.io/config.mirror")
-                || a.get("kubernetes.io/config.source")
-                    .is_some_and(|s| s != "api")
-        });
+        let static_pod = is_mirror_or_static(pod);
         Ok(PodInfo {
             uid,
             namespace,
@@ -338,6 +333,35 @@ fn truncate(s: &str) -> String {
 
 /// Parses a grace value written as text (an annotation): integers only, saturating, negative
 /// → 1 as the API server does. Garbage → None.
+/// A mirror pod: the API's copy of one of the kubelet's static pods (another UID; the kubelet
+/// recreates it when it is deleted). The one place that reads `kubernetes.io/config.mirror`.
+pub fn is_mirror(pod: &api::Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+/// A mirror pod, or a pod whose config source is not the API (a static pod as the kubelet
+/// reports it).
+pub fn is_mirror_or_static(pod: &api::Pod) -> bool {
+    is_mirror(pod)
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/config.source"))
+            .is_some_and(|s| s != "api")
+}
+
+/// `Succeeded` or `Failed`: the pod's containers will not run again.
+pub fn is_terminal(pod: &api::Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 pub fn parse_grace(s: &str) -> Option<i64> {
     let t = s.trim();
     let v: i128 = t.parse().ok().or_else(|| {

@@ -292,6 +292,9 @@ async fn route(state: &Arc<State>, req: &Req) -> Reply {
         }
         ("coordination.k8s.io", "leases", "") => leases::handle(state, req),
         ("" | "events.k8s.io", "events", "") => events::handle(state, req),
+        ("apps", "replicasets", "") | ("scheduling.k8s.io", "priorityclasses", "") => {
+            super::readonly::handle(state, req)
+        }
         ("authorization.k8s.io", "selfsubjectaccessreviews", "") => {
             authorization::access_review(state, req)
         }

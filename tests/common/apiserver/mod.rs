@@ -49,6 +49,7 @@ pub mod nodes;
 pub mod patch;
 pub mod pdbs;
 pub mod pods;
+pub mod readonly;
 pub mod reply;
 pub mod status;
 pub mod store;
@@ -243,6 +244,25 @@ impl ApiServer {
     /// controller's work; none runs here).
     pub fn add_pdb(&self, pdb: Value) -> Value {
         pdbs::create_pdb_trusted(&self.state, pdb)
+    }
+
+    /// Puts a ReplicaSet in (as its controller would have it; read only here).
+    pub fn add_replicaset(&self, mut rs: Value) {
+        let mut s = self.store();
+        if rs["metadata"]["namespace"].is_null() {
+            rs["metadata"]["namespace"] = "default".into();
+        }
+        let key = (
+            str_at(&rs, "/metadata/namespace").to_owned(),
+            str_at(&rs, "/metadata/name").to_owned(),
+        );
+        s.replicasets.insert(key, rs);
+    }
+
+    /// Puts a PriorityClass in (read only here).
+    pub fn add_priority_class(&self, pc: Value) {
+        let name = str_at(&pc, "/metadata/name").to_owned();
+        self.store().priority_classes.insert(name, pc);
     }
 
     pub fn get_pdb(&self, ns: &str, name: &str) -> Option<Value> {

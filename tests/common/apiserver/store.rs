@@ -61,6 +61,9 @@ pub struct Store {
     pub nodes: BTreeMap<String, Value>,
     pub leases: BTreeMap<Key, Value>,
     pub pdbs: BTreeMap<Key, Value>,
+    /// ReplicaSets and PriorityClasses a test put in (read only, `readonly.rs`).
+    pub replicasets: BTreeMap<Key, Value>,
+    pub priority_classes: BTreeMap<String, Value>,
     pub events: BTreeMap<Key, Value>,
     pub namespaces: Vec<String>,
     pub history: VecDeque<WatchEvent>,

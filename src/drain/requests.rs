@@ -1,0 +1,268 @@
+//! The scheduler's view of a node for `make-room`: each pod's requests as
+//! `component-helpers`' `PodRequests` computes them (containers summed, sidecars added, the
+//! largest init container step, pod-level requests, overhead; for pods already on the node the
+//! larger of spec and status resources, as in-place resize does), the node's allocatable as
+//! `NodeInfo.SetNode` reads it, candidates and PodDisruptionBudgets as preemption reads them.
+//! All sums are exact quantities read once ([`super::quantity`]).
+//!
+//! Invariants: a quantity that does not parse in an API object is logged and left out (the API
+//! server validated it, so it does not happen); in a file given to `--for-pod` it is an error
+//! naming the field ([`BadQuantity`]).
+
+use super::preempt::{Budget, Candidate, Req};
+use super::quantity::{Quantity, QuantityError, ResourceList, Resources, add_list, max_list};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::collections::BTreeMap;
+
+/// A quantity in a pod that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {value:?} is not a quantity: {error}")]
+pub struct BadQuantity {
+    /// Where it is, e.g. `spec.containers[app].resources.requests.cpu`.
+    pub field: String,
+    pub value: String,
+    pub error: QuantityError,
+}
+
+type QList = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
+fn parse_list(list: Option<&QList>, field: &str) -> Result<ResourceList, BadQuantity> {
+    let mut out = ResourceList::new();
+    for (k, q) in list.into_iter().flatten() {
+        let v = Quantity::parse(&q.0).map_err(|error| BadQuantity {
+            field: format!("{field}.{k}"),
+            value: q.0.clone(),
+            error,
+        })?;
+        out.insert(k.clone(), v);
+    }
+    Ok(out)
+}
+
+/// Where a container's requests come from (`PodRequests` with or without status resources).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Spec,
+    /// `status.resources.requests`, else `allocatedResources`, else the spec.
+    Actuated,
+    /// `allocatedResources`, else the spec.
+    Allocated,
+}
+
+fn container_requests(
+    c: &Container,
+    status: Option<&ContainerStatus>,
+    source: Source,
+    spec_fallback: bool,
+    field: &str,
+) -> Result<ResourceList, BadQuantity> {
+    let spec = || {
+        parse_list(
+            c.resources.as_ref().and_then(|r| r.requests.as_ref()),
+            field,
+        )
+    };
+    let fallback = || {
+        if spec_fallback {
+            spec()
+        } else {
+            Ok(ResourceList::new())
+        }
+    };
+    let allocated = status.and_then(|s| s.allocated_resources.as_ref());
+    let actuated = status
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref());
+    match source {
+        Source::Spec => spec(),
+        Source::Actuated => match (actuated, allocated) {
+            (Some(a), _) => parse_list(Some(a), &format!("{field}(status)")),
+            (None, Some(a)) => parse_list(Some(a), &format!("{field}(allocated)")),
+            (None, None) => fallback(),
+        },
+        Source::Allocated => match allocated {
+            Some(a) => parse_list(Some(a), &format!("{field}(allocated)")),
+            None => fallback(),
+        },
+    }
+}
+
+/// The aggregate of the containers' requests from one source.
+fn aggregate(pod: &Pod, source: Source, spec_fallback: bool) -> Result<ResourceList, BadQuantity> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(ResourceList::new());
+    };
+    let status = pod.status.as_ref();
+    let find = |list: Option<&Vec<ContainerStatus>>, name: &str| -> Option<ContainerStatus> {
+        list.and_then(|l| l.iter().find(|s| s.name == name))
+            .cloned()
+    };
+    let mut result = ResourceList::new();
+    for c in &spec.containers {
+        let st = find(status.and_then(|s| s.container_statuses.as_ref()), &c.name);
+        let field = format!("spec.containers[{}].resources.requests", c.name);
+        add_list(
+            &mut result,
+            &container_requests(c, st.as_ref(), source, spec_fallback, &field)?,
+        );
+    }
+    let mut restartable = ResourceList::new();
+    let mut init_max = ResourceList::new();
+    for c in spec.init_containers.iter().flatten() {
+        let st = find(
+            status.and_then(|s| s.init_container_statuses.as_ref()),
+            &c.name,
+        );
+        let field = format!("spec.initContainers[{}].resources.requests", c.name);
+        let r = container_requests(c, st.as_ref(), source, spec_fallback, &field)?;
+        let used = if c.restart_policy.as_deref() == Some("Always") {
+            // a sidecar runs beside everything after it
+            add_list(&mut result, &r);
+            add_list(&mut restartable, &r);
+            restartable.clone()
+        } else {
+            let mut u = r;
+            add_list(&mut u, &restartable);
+            u
+        };
+        max_list(&mut init_max, &used);
+    }
+    max_list(&mut result, &init_max);
+    Ok(result)
+}
+
+/// `PodRequests`: what the pod requests. `on_node`: a pod already on the node, whose status
+/// resources count too (`UseStatusResources`; when its resize is infeasible, only the status).
+pub fn pod_requests(pod: &Pod, on_node: bool) -> Result<ResourceList, BadQuantity> {
+    let mut reqs = if on_node {
+        let infeasible = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizePending"))
+            .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"));
+        let mut r = if infeasible {
+            ResourceList::new()
+        } else {
+            aggregate(pod, Source::Spec, true)?
+        };
+        max_list(&mut r, &aggregate(pod, Source::Actuated, !infeasible)?);
+        max_list(&mut r, &aggregate(pod, Source::Allocated, !infeasible)?);
+        r
+    } else {
+        aggregate(pod, Source::Spec, true)?
+    };
+    let spec = pod.spec.as_ref();
+    // pod-level requests replace the containers' for the resources they may set
+    let pod_level = parse_list(
+        spec.and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref()),
+        "spec.resources.requests",
+    )?;
+    let supported = |k: &str| k == "cpu" || k == "memory" || k.starts_with("hugepages-");
+    if pod_level.keys().any(|k| supported(k)) {
+        for (k, q) in pod_level.into_iter().filter(|(k, _)| supported(k)) {
+            reqs.insert(k, q);
+        }
+    }
+    add_list(
+        &mut reqs,
+        &parse_list(spec.and_then(|s| s.overhead.as_ref()), "spec.overhead")?,
+    );
+    Ok(reqs)
+}
+
+fn key(pod: &Pod) -> String {
+    super::pods::key(pod)
+}
+
+/// What the scheduler counts for a pod on the node; a quantity that does not parse is logged
+/// and counted as nothing.
+pub fn on_node_requests(pod: &Pod) -> Resources {
+    match pod_requests(pod, true) {
+        Ok(l) => Resources::from_list(&l),
+        Err(e) => {
+            tracing::warn!(pod = %key(pod), error = %e, "malformed quantity; its requests count as 0");
+            Resources::default()
+        }
+    }
+}
+
+/// The node's allocatable as the scheduler reads it (a missing `pods` is 0).
+pub fn allocatable(node: &Node) -> Resources {
+    let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    match parse_list(list, "status.allocatable") {
+        Ok(l) => Resources::from_list(&l),
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed node allocatable; it counts as 0");
+            Resources::default()
+        }
+    }
+}
+
+/// Nanoseconds since the epoch.
+pub fn ns(t: &jiff::Timestamp) -> i128 {
+    t.as_nanosecond()
+}
+
+/// A pod on the node as preemption reads it, with the plan's one `now` for a pod not started.
+pub fn candidate(pod: &Pod, now: jiff::Timestamp) -> Candidate {
+    Candidate {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        key: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+        started: ns(pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map_or(&now, |t| &t.0)),
+        requests: on_node_requests(pod),
+        evictable: !crate::pod::is_mirror(pod),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// A label selector as requirements (`LabelSelectorAsSelector`); `None` when it is invalid.
+pub fn selector(s: &LabelSelector) -> Option<Vec<Req>> {
+    let mut reqs: Vec<Req> = s
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| Req::In(k.clone(), vec![v.clone()]))
+        .collect();
+    for e in s.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default();
+        reqs.push(match e.operator.as_str() {
+            "In" if !values.is_empty() => Req::In(e.key.clone(), values),
+            "NotIn" if !values.is_empty() => Req::NotIn(e.key.clone(), values),
+            "Exists" if values.is_empty() => Req::Exists(e.key.clone()),
+            "DoesNotExist" if values.is_empty() => Req::DoesNotExist(e.key.clone()),
+            _ => return None,
+        });
+    }
+    Some(reqs)
+}
+
+pub fn budget(pdb: &PodDisruptionBudget) -> Budget {
+    let spec = pdb.spec.as_ref();
+    // a nil, empty or invalid selector selects nothing here (preemption's `selector.Empty()`)
+    let selector = spec
+        .and_then(|s| s.selector.as_ref())
+        .and_then(selector)
+        .filter(|r| !r.is_empty());
+    let status = pdb.status.as_ref();
+    Budget {
+        name: pdb.metadata.name.clone().unwrap_or_default(),
+        namespace: pdb.metadata.namespace.clone().unwrap_or_default(),
+        selector,
+        disruptions_allowed: status.and_then(|s| s.disruptions_allowed).unwrap_or(0),
+        disrupted: status
+            .and_then(|s| s.disrupted_pods.as_ref())
+            .map(|d| d.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
