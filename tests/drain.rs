@@ -430,8 +430,9 @@ async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
     println!("{text}");
     assert_eq!(status.code(), Some(1), "{text}");
     assert!(
-        text.lines().any(|l| l.starts_with("victim   default/db: priority 1 < 8;")
-            && l.contains("requests cpu 3000m; violates budget db")),
+        text.lines()
+            .any(|l| l.starts_with("victim   default/db: priority 1 < 8;")
+                && l.contains("requests cpu 3000m; violates budget db")),
         "{text}"
     );
     assert!(text.contains("PodDisruptionBudget db"), "{text}");

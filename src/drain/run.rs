@@ -107,12 +107,15 @@ fn planned_json(d: &super::plan::DrainPod) -> serde_json::Value {
 
 fn summary_json(
     node: &str,
+    now: jiff::Timestamp,
     plan: &Plan,
     rows: &[Row],
     err: Option<&DrainError>,
 ) -> serde_json::Value {
     serde_json::json!({
         "node": node,
+        // the one instant the plan's times are measured from
+        "plannedAt": now.to_string(),
         "skipped": plan.skipped.iter().map(|(p, s)| serde_json::json!({"pod": p.key, "why": format!("{s:?}")})).collect::<Vec<_>>(),
         "refused": plan.refused.iter().map(|(p, r)| serde_json::json!({"pod": p.key, "why": r.message()})).collect::<Vec<_>>(),
         "waves": plan.waves.iter().map(|w| w.iter().map(planned_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
@@ -161,13 +164,17 @@ pub async fn drain(
             }
         ));
         if a.output == Output::Json {
-            let _ = writeln!(p.out, "{}", summary_json(&a.node, &plan, &[], Some(&e)));
+            let _ = writeln!(
+                p.out,
+                "{}",
+                summary_json(&a.node, now, &plan, &[], Some(&e))
+            );
         }
         return Err(e);
     }
     if a.dry_run {
         if a.output == Output::Json {
-            let _ = writeln!(p.out, "{}", summary_json(&a.node, &plan, &[], None));
+            let _ = writeln!(p.out, "{}", summary_json(&a.node, now, &plan, &[], None));
         }
         return Ok(());
     }
@@ -186,7 +193,7 @@ pub async fn drain(
         let _ = writeln!(
             p.out,
             "{}",
-            summary_json(&a.node, &plan, &rows, err.as_ref())
+            summary_json(&a.node, now, &plan, &rows, err.as_ref())
         );
     } else if err.is_none() {
         p.line(&format!(
