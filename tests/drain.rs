@@ -441,3 +441,139 @@ async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
     assert!(api.get_pod("default", "db").is_some());
     h.stop_agent().await;
 }
+
+/// Issue 29, items 4–6: what the room is for. A manifest's priorityClassName is resolved from
+/// the API (named class, else the global default, else 0) and the plan says which; --priority
+/// overrides it; a class that does not exist or a spec.priority that disagrees is refused as
+/// admission refuses such a pod (exit 64); a resource not given is not requested; every
+/// outcome (fits, victims, cannot fit) is one JSON document with the numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_room_resolves_the_pods_priority_and_answers_every_outcome_in_json() {
+    let (mut h, api, kc) = bed("makeroomjson").await;
+    launch(
+        &api,
+        &h,
+        &Spec {
+            priority: 1,
+            cpu: "3",
+            ..spec("low")
+        },
+    )
+    .await;
+    wait_in_sync(&api).await;
+    api.add_priority_class(
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "urgent"}, "value": 50}),
+    );
+    let dir = h.root.path().join("manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = |name: &str, spec: Value| {
+        let f = dir.join(format!("{name}.yaml"));
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                "resources": {"requests": {"cpu": "2"}}}]}});
+        for (k, v) in spec.as_object().unwrap() {
+            pod["spec"][k] = v.clone();
+        }
+        std::fs::write(&f, serde_json::to_string_pretty(&pod).unwrap()).unwrap();
+        f.to_str().unwrap().to_owned()
+    };
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_reaplet"))
+            .args(["make-room", "--node", NODE, "--dry-run"])
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let json_of = |out: &str| -> Value {
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+    };
+
+    // the class the pod names
+    let urgent = manifest("urgent", json!({"priorityClassName": "urgent"}));
+    let (code, out, err) = run(&["--for-pod", &urgent, "-o", "plain"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(
+            "for a pod of priority 50 (PriorityClass urgent, named by the pod) requesting cpu 2000m"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("victim   default/low: priority 1 < 50;"),
+        "{out}"
+    );
+    // --priority overrides it: priority 1 is not lower than 1, nothing can go
+    let (code, out, err) = run(&["--for-pod", &urgent, "--priority", "1", "-o", "json"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let doc = json_of(&out);
+    assert_eq!(doc["outcome"], "cannot fit", "{doc:#}");
+    assert_eq!(doc["for"]["priority"], 1);
+    assert_eq!(doc["for"]["prioritySource"]["from"], "flag");
+    assert_eq!(doc["short"][0]["resource"], "cpu", "{doc:#}");
+    assert_eq!(doc["short"][0]["short"], 1000, "{doc:#}");
+    assert!(err.contains("cannot fit"), "{err}");
+    // no class named and no global default: 0; with a global default: its value
+    let plain = manifest("plain", json!({}));
+    let (code, out, _) = run(&["--for-pod", &plain, "-o", "json"]);
+    assert_eq!(code, Some(1));
+    let doc = json_of(&out);
+    assert_eq!(
+        (
+            &doc["for"]["priority"],
+            &doc["for"]["prioritySource"]["from"]
+        ),
+        (&json!(0), &json!("none"))
+    );
+    api.add_priority_class(
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "everyone"}, "value": 7, "globalDefault": true}),
+    );
+    let (code, out, err) = run(&["--for-pod", &plain, "-o", "json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let doc = json_of(&out);
+    assert_eq!(doc["for"]["priority"], 7, "{doc:#}");
+    assert_eq!(doc["for"]["prioritySource"]["class"], "everyone");
+    assert_eq!(doc["outcome"], "victims");
+    assert_eq!(doc["victims"][0]["pod"], "default/low");
+    assert_eq!(doc["victims"][0]["requests"]["cpu"], "3000m");
+    // fits already: a document too, with the numbers
+    let (code, out, err) = run(&["--cpu", "500m", "--priority", "0", "-o", "json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let doc = json_of(&out);
+    assert_eq!(doc["outcome"], "fits", "{doc:#}");
+    assert_eq!(doc["for"]["requests"]["cpu"], "500m");
+    assert_eq!(doc["for"]["requests"]["memory"], 0);
+    assert_eq!(doc["allocatable"]["resources"]["cpu"], "4000m");
+    assert_eq!(doc["requested"]["resources"]["cpu"], "3000m");
+    // refused as admission refuses the pod, or a flag that is not a quantity: exit 64
+    let missing = manifest("missing", json!({"priorityClassName": "nope"}));
+    let (code, _, err) = run(&["--for-pod", &missing]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("no PriorityClass with name nope was found"),
+        "{err}"
+    );
+    let disagrees = manifest(
+        "disagrees",
+        json!({"priorityClassName": "urgent", "priority": 9}),
+    );
+    let (code, _, err) = run(&["--for-pod", &disagrees]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("the integer value of priority (9) must not be provided in pod spec; priority admission controller computed 50"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--memory", "1 Gi"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("--memory \"1 Gi\""), "{err}");
+    assert!(evictions(&api).is_empty(), "a dry run evicted");
+    h.stop_agent().await;
+}

@@ -14,8 +14,9 @@
 //! * scale-down: each ReplicaSet is scaled down by one, and the pod the controller deleted must
 //!   be the one reaplet's ranking puts first at the instant of the controller's DELETE (from
 //!   the audit log) and, before each rule's step, the one `drain --dry-run -o json` put first;
-//!   one step lands just past the 2^35 ns (34.36 s) boundary of a pod's time since ready,
-//!   where a clock truncated to the second puts it one bucket lower than the controller.
+//!   one step lands just past the 2^35 ns (34.36 s) boundary of a pod's time since ready and
+//!   one just past the 2^36 ns (68.72 s) boundary of a pod's age, where a clock truncated to
+//!   the second puts the pod one bucket lower than the controller.
 
 mod common;
 
@@ -25,6 +26,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NODE: &str = "n1";
+
+/// One control plane at a time: the boundary step's timing must not compete with another.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const NS: &str = "default";
 
 fn reaplet(c: &Cluster, args: &[&str]) -> (Option<i32>, String, String) {
@@ -270,6 +274,7 @@ fn preemptor(name: &str, requests: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_room_picks_the_schedulers_victims() {
+    let _one = SERIAL.lock().await;
     let mut c = Cluster::start(Options {
         nodes: vec![NODE.into()],
     })
@@ -408,6 +413,18 @@ fn drain_first(c: &Cluster, rs: &str) -> (String, jiff::Timestamp) {
         .flat_map(|w| w.as_array().unwrap().iter())
         .find(|p| p["owner"] == format!("ReplicaSet/{rs}") && p["terminating"] == false)
         .unwrap_or_else(|| panic!("no pod of {rs}: {doc:#}"));
+    println!("drain put first: {first}");
+    // the keys that placed it
+    let rank = &first["rank"];
+    assert_eq!(rank["phase"], "Running", "{first:#}");
+    assert!(
+        rank["creationBucket"].is_i64() && rank["restarts"].is_i64(),
+        "{first:#}"
+    );
+    assert!(
+        rank["deletionCost"].is_i64() && rank["colocated"].is_u64(),
+        "{first:#}"
+    );
     (
         first["pod"]
             .as_str()
@@ -482,6 +499,7 @@ async fn scale_down_one(c: &Cluster, rs: &str, from: i32) -> (String, jiff::Time
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_ranks_as_the_replicaset_controller_scales_down() {
+    let _one = SERIAL.lock().await;
     let mut c = Cluster::start(Options {
         nodes: vec![NODE.into()],
     })
@@ -489,6 +507,7 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
     // the ReplicaSets and their pods first, the controller after: it finds them at their size
     let rules = replicaset(&c, "rules", 5).await;
     let edge = replicaset(&c, "edge", 2).await;
+    let born = replicaset(&c, "born", 2).await;
     replica(&c, &rules, "notready", json!({})).await;
     replica(
         &c,
@@ -502,6 +521,10 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
     replica(&c, &rules, "steady", json!({})).await;
     replica(&c, &edge, "x", json!({})).await;
     replica(&c, &edge, "y", json!({})).await;
+    // born's two pods differ only in when they were created (the server's second)
+    replica(&c, &born, "elder", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    replica(&c, &born, "younger", json!({})).await;
     let now = jiff::Timestamp::now();
     let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
     running(&c, "notready", ago(900), ago(900), false, 0).await;
@@ -509,6 +532,8 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
     running(&c, "recent", ago(900), ago(20), true, 0).await;
     running(&c, "flaky", ago(900), ago(600), true, 4).await;
     running(&c, "steady", ago(900), ago(600), true, 0).await;
+    running(&c, "elder", ago(900), ago(600), true, 0).await;
+    running(&c, "younger", ago(900), ago(600), true, 0).await;
     // the controller manager acts as itself (no service-account credentials here): give it the
     // ReplicaSet controller's own bootstrap role
     c.must(
@@ -527,7 +552,7 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
     c.start_controller_manager(&["replicaset-controller"]);
     // the controller has synced both when their status says so
     let t0 = Instant::now();
-    for rs in ["rules", "edge"] {
+    for rs in ["rules", "edge", "born"] {
         loop {
             let r = c
                 .must(
@@ -593,5 +618,39 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
     assert!(
         (34.36..35.36).contains(&since),
         "the DELETE came at R+{since:.3} s, outside the boundary window"
+    );
+
+    // the same at a creation-time boundary: 2^36 ns (68.72 s) after elder was created it is in
+    // bucket 36 and younger (created a second or more later) in 35, so younger goes first; up
+    // to 69 s a clock truncated to the second puts both in 35
+    let created = |name: &str| {
+        let c = &c;
+        let name = name.to_owned();
+        async move {
+            let p = c
+                .must("GET", &format!("/api/v1/namespaces/{NS}/pods/{name}"), None)
+                .await;
+            p["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap()
+                .parse::<jiff::Timestamp>()
+                .unwrap()
+        }
+    };
+    let (ce, cy) = (created("elder").await, created("younger").await);
+    assert!(cy.as_second() > ce.as_second(), "{ce} {cy}");
+    let wake = ce + jiff::SignedDuration::from_millis(68_720 + 60);
+    assert!(
+        jiff::Timestamp::now() < wake,
+        "the set-up took longer than 68 s; the creation boundary has passed"
+    );
+    tokio::time::sleep(wake.duration_since(jiff::Timestamp::now()).unsigned_abs()).await;
+    let (gone, at) = scale_down_one(&c, "born", 2).await;
+    let since = at.duration_since(ce).as_secs_f64();
+    println!("born: the controller deleted {gone} {since:.3} s after elder was created");
+    assert_eq!(gone, "younger");
+    assert!(
+        (68.72..69.72).contains(&since),
+        "the DELETE came {since:.3} s after elder's creation, outside the boundary window"
     );
 }
