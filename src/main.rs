@@ -811,7 +811,7 @@ fn drain_exit(r: std::result::Result<(), reaplet::drain::DrainError>) -> i32 {
             ));
             130
         }
-        Err(e @ reaplet::drain::DrainError::Input(_)) => {
+        Err(e @ reaplet::drain::DrainError::Room(_)) => {
             say(e.to_string());
             EXIT_CONFIG
         }

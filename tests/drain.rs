@@ -574,6 +574,33 @@ async fn make_room_resolves_the_pods_priority_and_answers_every_outcome_in_json(
     let (code, _, err) = run(&["--memory", "1 Gi"]);
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("--memory \"1 Gi\""), "{err}");
+    // with -o json, a refusal before the plan is a document too
+    let (code, out, _) = run(&["--for-pod", &missing, "-o", "json"]);
+    assert_eq!(code, Some(64));
+    assert_eq!(json_of(&out)["outcome"], "error", "{out}");
+    // a resource the scheduler does not read is refused, not silently dropped
+    let (code, _, err) = run(&["--request", "storage=1Gi"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("not a resource the scheduler checks"), "{err}");
+    // preemptionPolicy: Never (the class has none): the scheduler would pick no victim
+    let never = manifest(
+        "never",
+        json!({"priorityClassName": "urgent", "preemptionPolicy": "Never"}),
+    );
+    let (code, out, err) = run(&["--for-pod", &never, "-o", "json"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(json_of(&out)["outcome"], "never preempts", "{out}");
+    // ...and one that disagrees with its class's is refused as admission refuses it
+    let clash = manifest(
+        "clash",
+        json!({"priorityClassName": "system-node-critical", "preemptionPolicy": "Never"}),
+    );
+    let (code, _, err) = run(&["--for-pod", &clash]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("the string value of PreemptionPolicy (Never) must not be provided"),
+        "{err}"
+    );
     assert!(evictions(&api).is_empty(), "a dry run evicted");
     h.stop_agent().await;
 }

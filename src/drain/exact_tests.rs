@@ -1,13 +1,15 @@
 //! Where drain and make-room must decide exactly as the ReplicaSet controller and the
 //! scheduler do (issue 29): quantities, time, what the fit checks, what a budget selects.
 
-use super::plan::{self, Options};
+use super::plan::{self, DrainPod, Options};
 use super::pods;
 use super::preempt::{self, Budget, Plan, Req};
 use super::quantity::Resources;
+use super::rank::{RankedPod, sort};
 use super::requests::{allocatable, candidate, pod_requests};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use serde_json::json;
+use proptest::prelude::*;
+use serde_json::{Value, json};
 
 fn pod(v: serde_json::Value) -> Pod {
     serde_json::from_value(v).unwrap()
@@ -40,7 +42,7 @@ fn request(p: &Pod) -> Resources {
 
 fn victims(plan: &Plan) -> Vec<String> {
     match plan {
-        Plan::Victims(v) => v.iter().map(|v| v.pod.key.clone()).collect(),
+        Plan::Victims(v) => v.iter().map(|v| v.pod.name.clone()).collect(),
         other => panic!("{other:?}"),
     }
 }
@@ -237,31 +239,59 @@ fn pod_requests_are_component_helpers() {
         Some(serde_json::from_value(json!({"requests": {"cpu": "3"}})).unwrap());
     let r = Resources::from_list(&pod_requests(&lvl, false).unwrap());
     assert_eq!((r.milli_cpu, r.memory), (3010, 110 * 1024 * 1024));
-    // a resize in progress: the status's larger request counts for a pod on the node
+    // a pod on the node: a container's status counts only when it reports its resources
+    // (allocatedResources alone is not read)
+    let status = |v: Value| -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        Some(serde_json::from_value(v).unwrap())
+    };
+    let cs = |name: &str, extra: Value| {
+        let mut v = json!({"name": name, "image": "i", "imageID": "", "ready": true,
+            "restartCount": 0});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    let on_node = |p: &Pod| Resources::from_list(&pod_requests(p, true).unwrap());
+    let mut allocated_only = p.clone();
+    allocated_only.status = status(json!({"containerStatuses": [
+        cs("a", json!({"allocatedResources": {"cpu": "4"}}))]}));
+    assert_eq!(on_node(&allocated_only).milli_cpu, 2110);
+    // a resize up in progress: the actuated 4 cores count (4000m + 0.5m + sidecar 100m, more
+    // than the setup step's 2100m; + 10m overhead, read once: 4110.5m → 4111m)
     let mut resized = p.clone();
-    resized.status = Some(
-        serde_json::from_value(json!({"containerStatuses": [
-            {"name": "a", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
-                "allocatedResources": {"cpu": "1", "memory": "100Mi"}}]}))
-        .unwrap(),
-    );
-    let on_node = Resources::from_list(&pod_requests(&resized, true).unwrap());
-    let pending = Resources::from_list(&pod_requests(&resized, false).unwrap());
-    assert_eq!(pending.milli_cpu, 2110);
-    // containers 1000m + 0.5m + sidecar 100m = 1100.5m < the setup step: still 2110
-    assert_eq!(on_node.milli_cpu, 2110);
-    let mut big = resized.clone();
-    big.status
-        .as_mut()
-        .unwrap()
-        .container_statuses
-        .as_mut()
-        .unwrap()[0]
-        .allocated_resources = Some(serde_json::from_value(json!({"cpu": "4"})).unwrap());
+    resized.status = status(json!({"containerStatuses": [
+        cs("a", json!({"resources": {"requests": {"cpu": "4"}}}))]}));
+    assert_eq!(on_node(&resized).milli_cpu, 4111);
     assert_eq!(
-        Resources::from_list(&pod_requests(&big, true).unwrap()).milli_cpu,
-        4000 + 1 + 100 + 10
+        Resources::from_list(&pod_requests(&resized, false).unwrap()).milli_cpu,
+        2110
     );
+    // two containers resized in opposite directions: the larger of each, summed
+    let two = pod(json!({
+        "metadata": {"name": "two", "namespace": "d"},
+        "spec": {"containers": [
+            {"name": "a", "image": "i", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "b", "image": "i", "resources": {"requests": {"cpu": "2"}}}]},
+        "status": {"containerStatuses": [
+            cs("a", json!({"resources": {"requests": {"cpu": "2"}}})),
+            cs("b", json!({"resources": {"requests": {"cpu": "1"}}}))]}
+    }));
+    assert_eq!(on_node(&two).milli_cpu, 4000);
+    // an infeasible resize: a reporting container counts its status only, the others their spec
+    let mut infeasible = two.clone();
+    let st = infeasible.status.as_mut().unwrap();
+    st.container_statuses.as_mut().unwrap().truncate(1);
+    st.conditions = Some(vec![
+        serde_json::from_value(json!({"type": "PodResizePending", "status": "True",
+            "reason": "Infeasible"}))
+        .unwrap(),
+    ]);
+    assert_eq!(on_node(&infeasible).milli_cpu, 2000 + 2000);
+    // pod-level resources of a pod on the node: the larger of spec and status
+    let mut level = lvl.clone();
+    level.status = status(json!({"resources": {"requests": {"cpu": "5"}}}));
+    assert_eq!(on_node(&level).milli_cpu, 5010);
     // a bad quantity names its field
     let mut bad = p.clone();
     bad.spec.as_mut().unwrap().containers[0]
@@ -339,4 +369,34 @@ fn the_rank_counts_a_deployments_replicasets_and_sidecar_restarts_decide_last() 
         super::rank::compare(&d[2].rank, &d[1].rank),
         std::cmp::Ordering::Less
     );
+}
+
+proptest! {
+    /// The ranking is not a total order (equal ready times let restarts decide, one log2
+    /// bucket lets the UID decide: three pods can form a cycle); sorting 60 pods with heavy
+    /// timestamp collisions never panics and keeps every pod.
+    #[test]
+    fn sorting_an_inconsistent_ranking_never_panics(
+        pods in prop::collection::vec((0u8..3, 0u8..4, 0u8..3), 20..60),
+    ) {
+        let ranked: Vec<RankedPod> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, (ready, restarts, age))| RankedPod {
+                ready_for: Some(600_000_000_000 + *ready as i64 * 1_000_000_000),
+                restarts: *restarts as i32,
+                age: Some(900_000_000_000 + *age as i64 * 1_000_000_000),
+                ..super::tests::base(&format!("{:02}", (i * 37) % 100))
+            })
+            .collect();
+        let mut sorted = ranked.clone();
+        sort(&mut sorted);
+        prop_assert_eq!(sorted.len(), ranked.len());
+        let drain: Vec<DrainPod> = ranked
+            .iter()
+            .map(|r| super::tests::drain_pod(&r.uid, Some("ReplicaSet/web"), 0, r.clone()))
+            .collect();
+        let p = plan::plan(drain, Options::default());
+        prop_assert_eq!(p.waves.iter().map(Vec::len).sum::<usize>(), ranked.len());
+    }
 }

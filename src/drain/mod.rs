@@ -24,6 +24,7 @@ pub mod progress;
 pub mod quantity;
 pub mod rank;
 pub mod requests;
+pub mod resources;
 pub mod room;
 pub mod run;
 
@@ -52,6 +53,7 @@ pub enum DrainError {
     Interrupted { left: Vec<String> },
     #[error("the pod cannot fit on the node even with every lower-priority pod gone: {0}")]
     Impossible(String),
+    /// The pod the room is for is refused (exit 64).
     #[error("{0}")]
-    Input(String),
+    Room(#[from] room::RoomError),
 }

@@ -34,6 +34,15 @@ pub enum Skip {
     Mirror,
 }
 
+impl Skip {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::DaemonSet => "DaemonSet",
+            Self::Mirror => "Mirror",
+        }
+    }
+}
+
 /// Why drain refuses to go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -100,7 +109,9 @@ pub fn plan(pods: Vec<DrainPod>, opts: Options) -> Plan {
         by_priority.entry(pod.priority).or_default().push(pod);
     }
     for (_, mut group) in by_priority {
-        group.sort_by(|a, b| rank::compare(&a.rank, &b.rank).then(a.uid.cmp(&b.uid)));
+        rank::merge_sort_by(&mut group, &|a: &DrainPod, b: &DrainPod| {
+            rank::compare(&a.rank, &b.rank).then(a.uid.cmp(&b.uid))
+        });
         // wave k takes each owner's k-th pod (an unowned pod is its own owner)
         let mut taken: BTreeMap<String, usize> = BTreeMap::new();
         let mut waves: Vec<Vec<DrainPod>> = Vec::new();

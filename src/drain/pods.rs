@@ -1,5 +1,10 @@
 //! API objects read into what the drain plan needs: owners, priorities, and the ReplicaSet
-//! controller's ranking inputs (`ActivePodsWithRanks`), all against one "now" per plan.
+//! controller's ranking inputs (`ActivePodsWithRanks`, `getPodsRankedByRelatedPodsOnSameNode`,
+//! `podReadyTime`, `maxContainerRestarts`, `GetDeletionCostFromPodAnnotations`).
+//!
+//! Invariants: every time is measured from the plan's one "now" at full precision (the
+//! controller's `metav1.Now()`), never truncated; only active pods (not terminal, not being
+//! deleted) count as related; a malformed annotation reads as the controller reads it (0).
 
 use super::plan::DrainPod;
 use super::rank::{Phase, RankedPod};
@@ -80,7 +85,7 @@ pub fn owner(pod: &Pod) -> Option<String> {
     controller(pod).map(|o| format!("{}/{}", o.kind, o.name))
 }
 
-fn controller(
+pub fn controller(
     pod: &Pod,
 ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
     pod.metadata
@@ -221,7 +226,7 @@ pub fn drain_pods_at(
                 key: key(p),
                 uid: p.metadata.uid.clone().unwrap_or_default(),
                 priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
-                daemonset: o.as_deref().is_some_and(|o| o.starts_with("DaemonSet/")),
+                daemonset: controller(p).is_some_and(|c| c.kind == "DaemonSet"),
                 owner: o,
                 mirror: is_mirror(p),
                 has_empty_dir: p

@@ -28,13 +28,16 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub uid: String,
-    pub key: String,
+    /// The pod's name (a budget's `disruptedPods` is keyed by it).
+    pub name: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub priority: i32,
     /// `status.startTime` in ns since the epoch; a pod not started yet has the plan's "now"
     /// (`GetPodStartTime`).
     pub started: i128,
+    /// Whether it has a `status.startTime` at all.
+    pub has_started: bool,
     /// Its requests as the scheduler counts them.
     pub requests: Resources,
     /// May be a victim (a mirror pod may not).
@@ -94,12 +97,36 @@ pub struct Victim {
     pub violates: Vec<String>,
 }
 
+/// A resource as `fitsRequest` checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    /// Pod slots (always checked).
+    Pods,
+    /// In millicores.
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    /// An extended resource, hugepages, ... by name.
+    Scalar(String),
+}
+
+impl Resource {
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Pods => "pods",
+            Self::Cpu => "cpu",
+            Self::Memory => "memory",
+            Self::EphemeralStorage => "ephemeral-storage",
+            Self::Scalar(n) => n,
+        }
+    }
+}
+
 /// What a resource lacks: the request is larger than allocatable minus what the pods left
 /// request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shortfall {
-    /// `cpu` (in millicores), `memory`, `ephemeral-storage`, `pods` or a scalar resource's name.
-    pub resource: String,
+    pub resource: Resource,
     pub requested: i64,
     /// What the pods that would stay request (for `pods`: how many there are).
     pub used: i64,
@@ -137,7 +164,7 @@ pub fn shortfalls(
     let n = pods.len() as i64;
     if n + 1 > allocatable.pods {
         out.push(Shortfall {
-            resource: "pods".into(),
+            resource: Resource::Pods,
             requested: 1,
             used: n,
             allocatable: allocatable.pods,
@@ -149,10 +176,10 @@ pub fn shortfalls(
     let used = pods
         .iter()
         .fold(Resources::default(), |acc, p| acc.plus(&p.requests));
-    let mut check = |name: &str, req: i64, used: i64, alloc: i64| {
+    let mut check = |resource: Resource, req: i64, used: i64, alloc: i64| {
         if req > 0 && req > alloc.saturating_sub(used) {
             out.push(Shortfall {
-                resource: name.into(),
+                resource,
                 requested: req,
                 used,
                 allocatable: alloc,
@@ -160,21 +187,26 @@ pub fn shortfalls(
         }
     };
     check(
-        "cpu",
+        Resource::Cpu,
         request.milli_cpu,
         used.milli_cpu,
         allocatable.milli_cpu,
     );
-    check("memory", request.memory, used.memory, allocatable.memory);
     check(
-        "ephemeral-storage",
+        Resource::Memory,
+        request.memory,
+        used.memory,
+        allocatable.memory,
+    );
+    check(
+        Resource::EphemeralStorage,
         request.ephemeral_storage,
         used.ephemeral_storage,
         allocatable.ephemeral_storage,
     );
     for (name, &req) in &request.scalar {
         check(
-            name,
+            Resource::Scalar(name.clone()),
             req,
             used.scalar.get(name).copied().unwrap_or(0),
             allocatable.scalar.get(name).copied().unwrap_or(0),
@@ -223,10 +255,10 @@ pub fn select(
     for c in candidates {
         let mut violates = Vec::new();
         for (i, b) in budgets.iter().enumerate() {
-            if !b.selects(c) || b.disrupted.contains(&c.key) {
+            if !b.selects(c) || b.disrupted.contains(&c.name) {
                 continue;
             }
-            allowed[i] -= 1;
+            allowed[i] = allowed[i].saturating_sub(1);
             if allowed[i] < 0 {
                 violates.push(b.name.clone());
             }

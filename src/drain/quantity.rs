@@ -11,8 +11,10 @@
 //!   `quantity_vectors.tsv`, printed by v0.36.6 itself);
 //! * sums are exact: a pod's requests are added as quantities and read once (two containers of
 //!   0.5m are 1m, not 2m), as `PodRequests` and the scheduler do;
-//! * the one deliberate difference: an exponent that would make a number of more than 100,000
-//!   digits is refused (`ExponentTooLarge`) where upstream computes for minutes or hangs.
+//! * the one deliberate difference: a quantity whose power of ten is beyond ±100,000 (an
+//!   absurd exponent, zero included) is refused (`ExponentTooLarge`) where upstream computes
+//!   for minutes or hangs (or, for `1e2147483647`, reads an odd 1); so every rescaling in a
+//!   sum, a comparison or a reading is bounded.
 
 use num_bigint::{BigInt, Sign};
 use num_integer::Integer;
@@ -30,7 +32,7 @@ pub enum QuantityError {
     Numeric,
     #[error("unable to parse quantity's suffix")]
     Suffix,
-    #[error("the quantity's exponent is too large (a number of more than 100000 digits)")]
+    #[error("the quantity's exponent is beyond what reaplet reads (a power of ten past ±100000)")]
     ExponentTooLarge,
 }
 
@@ -287,6 +289,9 @@ impl Quantity {
                     .parse()
                     .map_err(|_| QuantityError::Numeric)?;
                 if let Some(v) = value.checked_mul(mantissa) {
+                    if scale as i64 > MAX_RESCALE {
+                        return Err(QuantityError::ExponentTooLarge);
+                    }
                     let value = if positive { v } else { -v };
                     return Ok(Quantity(Amount::Int { value, scale }));
                 }
@@ -324,6 +329,10 @@ impl Quantity {
                 u = BigInt::from(i64::MAX);
                 dscale = 0;
             }
+        }
+        if (dscale as i64).abs() > MAX_RESCALE {
+            // only a zero keeps a scale this far out
+            return Err(QuantityError::ExponentTooLarge);
         }
         if negative {
             u = -u;
@@ -411,7 +420,8 @@ impl Quantity {
                 return;
             }
         }
-        // inf.Dec addition: exact, at the larger of the two scales
+        // inf.Dec addition: exact, at the larger of the two scales (both within MAX_RESCALE
+        // of 0, so the work is bounded)
         let (ua, sa) = self.exact();
         let (ub, sb) = y.exact();
         let s = sa.max(sb);
@@ -422,7 +432,10 @@ impl Quantity {
         };
     }
 
-    /// The larger of the two (`Cmp`), this one on a tie.
+    /// The larger of the two (`Cmp`), this one on a tie. Not modelled: upstream's `Cmp` turns
+    /// an int64 amount into a decimal in place (`AsDec`), which changes nothing for values
+    /// that fit but changes an overflowing reading (`1E`: `MilliValue` 0 as an int64 amount,
+    /// MinInt64 as a decimal); such a value is no request anyone makes.
     pub fn max(self, y: &Quantity) -> Quantity {
         if y.cmp_value(&self) == Ordering::Greater {
             y.clone()
@@ -436,8 +449,7 @@ impl Quantity {
         let (ua, sa) = self.exact();
         let (ub, sb) = y.exact();
         let s = sa.max(sb);
-        let gap = |from: i64| (s - from).min(MAX_RESCALE) as u32;
-        (ua * pow10(gap(sa))).cmp(&(ub * pow10(gap(sb))))
+        (ua * pow10((s - sa) as u32)).cmp(&(ub * pow10((s - sb) as u32)))
     }
 }
 
@@ -478,129 +490,4 @@ pub fn max_list(a: &mut ResourceList, b: &ResourceList) {
     }
 }
 
-/// `IsScalarResourceName`: extended resources (a domain-prefixed name outside
-/// `kubernetes.io/`), `hugepages-*`, names containing `kubernetes.io/` and
-/// `attachable-volumes-*`.
-pub fn is_scalar_resource_name(name: &str) -> bool {
-    let prefixed_native = name.contains("kubernetes.io/");
-    let native = !name.contains('/') || prefixed_native;
-    let extended =
-        !native && !name.starts_with("requests.") && is_qualified_name(&format!("requests.{name}"));
-    extended
-        || name.starts_with("hugepages-")
-        || prefixed_native
-        || name.starts_with("attachable-volumes-")
-}
-
-/// `validation.IsQualifiedName`: `[prefix/]name`, the prefix a DNS subdomain, the name 1–63
-/// characters of `[A-Za-z0-9_.-]` starting and ending alphanumeric.
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    if name.contains('/') {
-        return false;
-    }
-    let alnum = |c: u8| c.is_ascii_alphanumeric();
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && alnum(name.as_bytes()[0])
-        && alnum(name.as_bytes()[name.len() - 1])
-        && name
-            .bytes()
-            .all(|c| alnum(c) || c == b'-' || c == b'_' || c == b'.');
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|label| {
-                let l = label.as_bytes();
-                !l.is_empty()
-                    && l.iter()
-                        .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-                    && l[0] != b'-'
-                    && l[l.len() - 1] != b'-'
-            })
-    });
-    name_ok && prefix_ok
-}
-
-/// What the scheduler reads of a resource list (`framework.Resource`): CPU in millicores
-/// (`MilliValue`), memory, ephemeral storage, pods and scalar resources in whole units
-/// (`Value`); other names ignored.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resources {
-    pub milli_cpu: i64,
-    pub memory: i64,
-    pub ephemeral_storage: i64,
-    /// Allocatable: how many pods (`AllowedPodNumber`); a request: unused.
-    pub pods: i64,
-    pub scalar: BTreeMap<String, i64>,
-}
-
-impl Resources {
-    /// `Resource.Add` of `list` into nothing.
-    pub fn from_list(list: &ResourceList) -> Resources {
-        let mut r = Resources::default();
-        for (name, q) in list {
-            match name.as_str() {
-                "cpu" => r.milli_cpu = r.milli_cpu.wrapping_add(q.milli_value()),
-                "memory" => r.memory = r.memory.wrapping_add(q.value()),
-                "pods" => r.pods = r.pods.wrapping_add(q.value()),
-                "ephemeral-storage" => {
-                    r.ephemeral_storage = r.ephemeral_storage.wrapping_add(q.value())
-                }
-                n if is_scalar_resource_name(n) => {
-                    let e = r.scalar.entry(n.to_string()).or_default();
-                    *e = e.wrapping_add(q.value());
-                }
-                _ => {}
-            }
-        }
-        r
-    }
-
-    /// The sum (Go's int64 addition, wrapping).
-    pub fn plus(&self, o: &Resources) -> Resources {
-        let mut scalar = self.scalar.clone();
-        for (k, v) in &o.scalar {
-            let e = scalar.entry(k.clone()).or_default();
-            *e = e.wrapping_add(*v);
-        }
-        Resources {
-            milli_cpu: self.milli_cpu.wrapping_add(o.milli_cpu),
-            memory: self.memory.wrapping_add(o.memory),
-            ephemeral_storage: self.ephemeral_storage.wrapping_add(o.ephemeral_storage),
-            pods: self.pods.wrapping_add(o.pods),
-            scalar,
-        }
-    }
-
-    /// Requests nothing `fitsRequest` checks beyond the pod count.
-    pub fn is_zero(&self) -> bool {
-        self.milli_cpu == 0
-            && self.memory == 0
-            && self.ephemeral_storage == 0
-            && self.scalar.is_empty()
-    }
-
-    /// As `name: amount` pairs for messages and JSON (CPU as `<n>m`), what is set only.
-    pub fn named(&self) -> Vec<(String, String)> {
-        let mut v = Vec::new();
-        if self.milli_cpu != 0 {
-            v.push(("cpu".to_string(), format!("{}m", self.milli_cpu)));
-        }
-        for (n, x) in [
-            ("memory", self.memory),
-            ("ephemeral-storage", self.ephemeral_storage),
-        ] {
-            if x != 0 {
-                v.push((n.to_string(), x.to_string()));
-            }
-        }
-        for (n, x) in &self.scalar {
-            v.push((n.clone(), x.to_string()));
-        }
-        v
-    }
-}
+pub use super::resources::{Resources, is_scalar_resource_name};

@@ -6,6 +6,9 @@ use super::quantity::{Quantity, QuantityError, Resources, is_scalar_resource_nam
 
 const VECTORS: &str = include_str!("quantity_vectors.tsv");
 
+/// The one vector read differently on purpose: a power of ten past ±100,000 is refused.
+const DEVIATIONS: &[&str] = &["1e2147483647"];
+
 fn field<'a>(f: &'a str, key: &str) -> &'a str {
     f.strip_prefix(key)
         .unwrap_or_else(|| panic!("{f:?} is not {key}…"))
@@ -18,6 +21,11 @@ fn every_vector_reads_as_upstream_reads_it() {
         let f: Vec<&str> = line.split('\t').collect();
         let input: String = serde_json::from_str(f[0]).unwrap();
         let got = Quantity::parse(&input);
+        if DEVIATIONS.contains(&input.as_str()) {
+            assert_eq!(got, Err(QuantityError::ExponentTooLarge), "{input:?}");
+            checked += 1;
+            continue;
+        }
         match f[1] {
             "ERR" => {
                 let want = match f[2] {
@@ -125,13 +133,30 @@ fn scalar_resource_names_are_the_schedulers() {
     );
 }
 
-/// A hostile exponent is refused, not computed for minutes.
+/// A hostile exponent is refused, not computed for minutes (upstream hangs on some of these),
+/// on every path: a decimal, a zero, an int64 amount; sums stay bounded.
 #[test]
 fn an_absurd_exponent_is_refused_quickly() {
+    for q in [
+        "1.0000000000000000001e2147483600",
+        "0e-2000000000",
+        "1e2000000000",
+        "1e100001",
+        "0.0e100002",
+    ] {
+        assert_eq!(
+            Quantity::parse(q),
+            Err(QuantityError::ExponentTooLarge),
+            "{q}"
+        );
+    }
+    // the largest power allowed still adds and reads at once
+    let mut q: Quantity = "1e100000".parse().unwrap();
+    q.add(&"1".parse().unwrap());
+    q.add(&"1e-9".parse().unwrap());
     assert_eq!(
-        Quantity::parse("1.0000000000000000001e2147483600"),
-        Err(QuantityError::ExponentTooLarge)
+        q.cmp_value(&"1e100000".parse().unwrap()),
+        std::cmp::Ordering::Greater
     );
-    // the fast path needs no arithmetic and keeps upstream's (odd) reading
-    assert_eq!(Quantity::parse("1e2147483647").unwrap().milli_value(), 1);
+    let _ = (q.value(), q.milli_value());
 }

@@ -155,7 +155,34 @@ pub fn compare(a: &RankedPod, b: &RankedPod) -> Ordering {
     Ordering::Equal
 }
 
+/// A stable merge sort that tolerates an inconsistent `less`. The ranking is not a total
+/// order: three pods can form a cycle (equal ready times let restarts decide, the same log2
+/// bucket lets the UID decide), and `slice::sort_by` may panic on such a comparator where Go's
+/// `sort.Sort` does not. Such an order is arbitrary in the controller too (its input order
+/// comes from a map); this one is at least deterministic.
+pub fn merge_sort_by<T: Clone>(v: &mut [T], cmp: &impl Fn(&T, &T) -> Ordering) {
+    if v.len() <= 1 {
+        return;
+    }
+    let mid = v.len() / 2;
+    merge_sort_by(&mut v[..mid], cmp);
+    merge_sort_by(&mut v[mid..], cmp);
+    let (left, right) = (v[..mid].to_vec(), v[mid..].to_vec());
+    let (mut i, mut j) = (0, 0);
+    for slot in v.iter_mut() {
+        let take_right =
+            j < right.len() && (i >= left.len() || cmp(&right[j], &left[i]) == Ordering::Less);
+        if take_right {
+            *slot = right[j].clone();
+            j += 1;
+        } else {
+            *slot = left[i].clone();
+            i += 1;
+        }
+    }
+}
+
 /// Sorts pods into removal order (stable; exact ties keep their order).
 pub fn sort(pods: &mut [RankedPod]) {
-    pods.sort_by(compare);
+    merge_sort_by(pods, &compare);
 }

@@ -1,7 +1,8 @@
 //! The scheduler's view of a node for `make-room`: each pod's requests as
-//! `component-helpers`' `PodRequests` computes them (containers summed, sidecars added, the
-//! largest init container step, pod-level requests, overhead; for pods already on the node the
-//! larger of spec and status resources, as in-place resize does), the node's allocatable as
+//! `component-helpers`' `PodRequests` (v0.36) computes them (containers summed, sidecars added,
+//! the largest init container step, pod-level requests, overhead; for pods already on the node
+//! each container's and sidecar's larger of spec and status resources, as in-place resize
+//! does), the node's allocatable as
 //! `NodeInfo.SetNode` reads it, candidates and PodDisruptionBudgets as preemption reads them.
 //! All sums are exact quantities read once ([`super::quantity`]).
 //!
@@ -41,84 +42,100 @@ fn parse_list(list: Option<&QList>, field: &str) -> Result<ResourceList, BadQuan
     Ok(out)
 }
 
-/// Where a container's requests come from (`PodRequests` with or without status resources).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Spec,
-    /// `status.resources.requests`, else `allocatedResources`, else the spec.
-    Actuated,
-    /// `allocatedResources`, else the spec.
-    Allocated,
+/// `IsPodResizeInfeasible`: the first `PodResizePending` condition's reason is `Infeasible`.
+fn resize_infeasible(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizePending"))
+        .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
 }
 
-fn container_requests(
-    c: &Container,
-    status: Option<&ContainerStatus>,
-    source: Source,
-    spec_fallback: bool,
-    field: &str,
-) -> Result<ResourceList, BadQuantity> {
-    let spec = || {
-        parse_list(
-            c.resources.as_ref().and_then(|r| r.requests.as_ref()),
-            field,
-        )
-    };
-    let fallback = || {
-        if spec_fallback {
-            spec()
-        } else {
-            Ok(ResourceList::new())
-        }
-    };
-    let allocated = status.and_then(|s| s.allocated_resources.as_ref());
-    let actuated = status
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref());
-    match source {
-        Source::Spec => spec(),
-        Source::Actuated => match (actuated, allocated) {
-            (Some(a), _) => parse_list(Some(a), &format!("{field}(status)")),
-            (None, Some(a)) => parse_list(Some(a), &format!("{field}(allocated)")),
-            (None, None) => fallback(),
-        },
-        Source::Allocated => match allocated {
-            Some(a) => parse_list(Some(a), &format!("{field}(allocated)")),
-            None => fallback(),
-        },
+/// `max(a, b...)`: per resource, the largest (a missing list is empty).
+fn max_of(first: ResourceList, rest: &[ResourceList]) -> ResourceList {
+    let mut out = first;
+    for r in rest {
+        max_list(&mut out, r);
+    }
+    out
+}
+
+/// `determineEffectiveRequests`: the larger of spec, actuated and allocated; when the resize is
+/// infeasible, of actuated and allocated only.
+fn effective(
+    infeasible: bool,
+    spec: ResourceList,
+    actuated: ResourceList,
+    allocated: ResourceList,
+) -> ResourceList {
+    if infeasible {
+        max_of(actuated, &[allocated])
+    } else {
+        max_of(spec, &[actuated, allocated])
     }
 }
 
-/// The aggregate of the containers' requests from one source.
-fn aggregate(pod: &Pod, source: Source, spec_fallback: bool) -> Result<ResourceList, BadQuantity> {
+/// A container's requests: its spec's, or, with status resources and a status that reports
+/// them (`cs.Resources != nil`), the effective ones.
+fn container_requests(
+    pod: &Pod,
+    c: &Container,
+    status: Option<&ContainerStatus>,
+    field: &str,
+) -> Result<ResourceList, BadQuantity> {
+    let spec = parse_list(
+        c.resources.as_ref().and_then(|r| r.requests.as_ref()),
+        field,
+    )?;
+    let Some((cs, res)) = status.and_then(|cs| cs.resources.as_ref().map(|r| (cs, r))) else {
+        return Ok(spec);
+    };
+    let actuated = parse_list(res.requests.as_ref(), &format!("{field}(status.resources)"))?;
+    let allocated = parse_list(
+        cs.allocated_resources.as_ref(),
+        &format!("{field}(status.allocatedResources)"),
+    )?;
+    Ok(effective(resize_infeasible(pod), spec, actuated, allocated))
+}
+
+/// `AggregateContainerRequests`: containers summed; each sidecar (a restartable init
+/// container) added to them and to the sidecars' running sum; an init container's step is its
+/// own requests plus the sidecars before it; the larger of the sum and the largest step. With
+/// `use_status`, containers and sidecars whose status reports resources count their effective
+/// requests (ordinary init containers never do).
+fn aggregate(pod: &Pod, use_status: bool) -> Result<ResourceList, BadQuantity> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(ResourceList::new());
     };
-    let status = pod.status.as_ref();
-    let find = |list: Option<&Vec<ContainerStatus>>, name: &str| -> Option<ContainerStatus> {
-        list.and_then(|l| l.iter().find(|s| s.name == name))
-            .cloned()
+    let statuses: BTreeMap<&str, &ContainerStatus> = if use_status {
+        let st = pod.status.as_ref();
+        st.and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .chain(
+                st.and_then(|s| s.init_container_statuses.as_ref())
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(|cs| (cs.name.as_str(), cs))
+            .collect()
+    } else {
+        BTreeMap::new()
     };
     let mut result = ResourceList::new();
     for c in &spec.containers {
-        let st = find(status.and_then(|s| s.container_statuses.as_ref()), &c.name);
         let field = format!("spec.containers[{}].resources.requests", c.name);
-        add_list(
-            &mut result,
-            &container_requests(c, st.as_ref(), source, spec_fallback, &field)?,
-        );
+        let st = statuses.get(c.name.as_str()).copied();
+        add_list(&mut result, &container_requests(pod, c, st, &field)?);
     }
     let mut restartable = ResourceList::new();
     let mut init_max = ResourceList::new();
     for c in spec.init_containers.iter().flatten() {
-        let st = find(
-            status.and_then(|s| s.init_container_statuses.as_ref()),
-            &c.name,
-        );
         let field = format!("spec.initContainers[{}].resources.requests", c.name);
-        let r = container_requests(c, st.as_ref(), source, spec_fallback, &field)?;
-        let used = if c.restart_policy.as_deref() == Some("Always") {
-            // a sidecar runs beside everything after it
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        let st = statuses.get(c.name.as_str()).copied().filter(|_| sidecar);
+        let r = container_requests(pod, c, st, &field)?;
+        let step = if sidecar {
             add_list(&mut result, &r);
             add_list(&mut restartable, &r);
             restartable.clone()
@@ -127,33 +144,22 @@ fn aggregate(pod: &Pod, source: Source, spec_fallback: bool) -> Result<ResourceL
             add_list(&mut u, &restartable);
             u
         };
-        max_list(&mut init_max, &used);
+        max_list(&mut init_max, &step);
     }
     max_list(&mut result, &init_max);
     Ok(result)
 }
 
-/// `PodRequests`: what the pod requests. `on_node`: a pod already on the node, whose status
-/// resources count too (`UseStatusResources`; when its resize is infeasible, only the status).
+/// `IsSupportedPodLevelResource`: CPU, memory and hugepages.
+fn pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// `PodRequests`: what the pod requests. `on_node`: a pod already on the node, read with
+/// status resources (`UseStatusResources`, in-place resize, GA in 1.35; for pod-level
+/// resources `InPlacePodLevelResourcesVerticalScaling`, on by default in 1.36).
 pub fn pod_requests(pod: &Pod, on_node: bool) -> Result<ResourceList, BadQuantity> {
-    let mut reqs = if on_node {
-        let infeasible = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizePending"))
-            .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"));
-        let mut r = if infeasible {
-            ResourceList::new()
-        } else {
-            aggregate(pod, Source::Spec, true)?
-        };
-        max_list(&mut r, &aggregate(pod, Source::Actuated, !infeasible)?);
-        max_list(&mut r, &aggregate(pod, Source::Allocated, !infeasible)?);
-        r
-    } else {
-        aggregate(pod, Source::Spec, true)?
-    };
+    let mut reqs = aggregate(pod, on_node)?;
     let spec = pod.spec.as_ref();
     // pod-level requests replace the containers' for the resources they may set
     let pod_level = parse_list(
@@ -161,10 +167,27 @@ pub fn pod_requests(pod: &Pod, on_node: bool) -> Result<ResourceList, BadQuantit
             .and_then(|r| r.requests.as_ref()),
         "spec.resources.requests",
     )?;
-    let supported = |k: &str| k == "cpu" || k == "memory" || k.starts_with("hugepages-");
-    if pod_level.keys().any(|k| supported(k)) {
-        for (k, q) in pod_level.into_iter().filter(|(k, _)| supported(k)) {
-            reqs.insert(k, q);
+    if pod_level.keys().any(|k| pod_level_resource(k)) {
+        let status = pod.status.as_ref().filter(|_| on_node);
+        let effective_reqs = match status.and_then(|s| s.resources.as_ref()) {
+            Some(res) => Some(effective(
+                resize_infeasible(pod),
+                pod_level.clone(),
+                parse_list(res.requests.as_ref(), "status.resources.requests")?,
+                parse_list(
+                    status.and_then(|s| s.allocated_resources.as_ref()),
+                    "status.allocatedResources",
+                )?,
+            )),
+            None => None,
+        };
+        for (k, q) in pod_level.into_iter().filter(|(k, _)| pod_level_resource(k)) {
+            // a resource the effective list lacks reads as zero there, as a Go map does
+            let v = match &effective_reqs {
+                Some(e) => e.get(&k).cloned().unwrap_or_default(),
+                None => q,
+            };
+            reqs.insert(k, v);
         }
     }
     add_list(
@@ -209,17 +232,15 @@ pub fn ns(t: &jiff::Timestamp) -> i128 {
 
 /// A pod on the node as preemption reads it, with the plan's one `now` for a pod not started.
 pub fn candidate(pod: &Pod, now: jiff::Timestamp) -> Candidate {
+    let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
     Candidate {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        key: pod.metadata.name.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         labels: pod.metadata.labels.clone().unwrap_or_default(),
         priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
-        started: ns(pod
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .map_or(&now, |t| &t.0)),
+        started: ns(start.map_or(&now, |t| &t.0)),
+        has_started: start.is_some(),
         requests: on_node_requests(pod),
         evictable: !crate::pod::is_mirror(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),

@@ -17,10 +17,10 @@
 use super::DrainError;
 use super::evict::evict_waves;
 use super::pods;
-use super::preempt::{self, Plan, Shortfall};
+use super::preempt::{self, Plan, Resource, Shortfall};
 use super::progress::{Output, Progress};
-use super::quantity::{ResourceList, Resources};
-use super::requests;
+use super::quantity::{Quantity, ResourceList, Resources, is_scalar_resource_name};
+use super::requests::{self, BadQuantity};
 use super::run::{get_node, node_pods};
 use crate::api;
 use k8s_openapi::api::core::v1::Pod;
@@ -97,21 +97,64 @@ pub struct Resolved {
     pub request: Resources,
 }
 
-fn input(msg: String) -> DrainError {
-    DrainError::Input(msg)
+/// Why the pod the room is for is refused (exit 64): what admission or validation would
+/// refuse, or a request the scheduler would not read.
+#[derive(Debug, thiserror::Error)]
+pub enum RoomError {
+    #[error("--for-pod: {0}")]
+    Manifest(#[from] BadQuantity),
+    #[error("{field}: {value} is negative; the API server refuses a negative request")]
+    Negative { field: String, value: String },
+    #[error(
+        "{0}: not a resource the scheduler checks (cpu, memory, ephemeral-storage, hugepages-*, \
+         an extended resource such as example.com/gpu)"
+    )]
+    Unchecked(String),
+    #[error(
+        "no PriorityClass with name {0} was found: the API server would refuse this pod \
+         (--priority gives one)"
+    )]
+    NoClass(String),
+    #[error(
+        "--for-pod: the integer value of priority ({own}) must not be provided in pod spec; \
+         priority admission controller computed {computed} from the given PriorityClass name \
+         (--priority overrides both)"
+    )]
+    PriorityMismatch { own: i32, computed: i32 },
+    #[error(
+        "--for-pod: the string value of PreemptionPolicy ({own}) must not be provided in pod \
+         spec; priority admission controller computed {computed} from the given PriorityClass \
+         name"
+    )]
+    PolicyMismatch { own: String, computed: String },
+}
+
+/// Whether `fitsRequest` reads a resource of this name at all.
+fn checked(name: &str) -> bool {
+    matches!(name, "cpu" | "memory" | "ephemeral-storage") || is_scalar_resource_name(name)
 }
 
 /// Resolves what the room is for (the API is read for PriorityClasses only when needed).
 pub async fn resolve(client: &kube::Client, spec: &RoomSpec) -> Result<Resolved, DrainError> {
     let pod_spec = spec.pod.as_ref().and_then(|p| p.spec.as_ref());
     let mut list = match &spec.pod {
-        Some(p) => {
-            requests::pod_requests(p, false).map_err(|e| input(format!("--for-pod: {e}")))?
-        }
+        Some(p) => requests::pod_requests(p, false).map_err(RoomError::from)?,
         None => ResourceList::new(),
     };
     for (k, q) in &spec.requests {
+        if !checked(k) {
+            return Err(RoomError::Unchecked(format!("--request {k}")).into());
+        }
         list.insert(k.clone(), q.clone());
+    }
+    for (k, q) in &list {
+        if q.cmp_value(&Quantity::default()) == std::cmp::Ordering::Less {
+            return Err(RoomError::Negative {
+                field: format!("the request for {k}"),
+                value: format!("{q:?}"),
+            }
+            .into());
+        }
     }
     let own_policy = pod_spec.and_then(|s| s.preemption_policy.clone());
     let (priority, from, policy) = match spec.priority {
@@ -128,12 +171,7 @@ pub async fn resolve(client: &kube::Client, spec: &RoomSpec) -> Result<Resolved,
                         PriorityFrom::Class(name),
                         c.preemption_policy,
                     ),
-                    None => {
-                        return Err(input(format!(
-                            "no PriorityClass with name {name} was found: the API server would \
-                             refuse this pod (--priority gives one)"
-                        )));
-                    }
+                    None => return Err(RoomError::NoClass(name).into()),
                 },
                 None => {
                     let all = api::bounded(classes.list(&ListParams::default())).await?;
@@ -168,13 +206,25 @@ pub async fn resolve(client: &kube::Client, spec: &RoomSpec) -> Result<Resolved,
             if let Some(own) = pod_spec.and_then(|s| s.priority)
                 && own != value
             {
-                return Err(input(format!(
-                    "--for-pod: the integer value of priority ({own}) must not be provided in \
-                     pod spec; priority admission controller computed {value} from the given \
-                     PriorityClass name (--priority overrides both)"
-                )));
+                return Err(RoomError::PriorityMismatch {
+                    own,
+                    computed: value,
+                }
+                .into());
             }
-            (value, from, class_policy.or(own_policy))
+            // the class's policy, when it has one, is the pod's; the pod may not say otherwise
+            let policy = match (class_policy, own_policy) {
+                (Some(c), Some(o)) if c != o => {
+                    return Err(RoomError::PolicyMismatch {
+                        own: o,
+                        computed: c,
+                    }
+                    .into());
+                }
+                (Some(c), _) => Some(c),
+                (None, o) => o,
+            };
+            (value, from, policy)
         }
     };
     Ok(Resolved {
@@ -213,14 +263,11 @@ fn amounts_json(r: &Resources) -> Value {
 }
 
 fn shortfall_text(s: &Shortfall) -> String {
-    let unit = |n: i64| {
-        if s.resource == "cpu" {
-            format!("{n}m")
-        } else {
-            n.to_string()
-        }
+    let unit = |n: i64| match s.resource {
+        Resource::Cpu => format!("{n}m"),
+        _ => n.to_string(),
     };
-    if s.resource == "pods" {
+    if s.resource == Resource::Pods {
         format!(
             "pods: {} already on a node that allows {}",
             s.used, s.allocatable
@@ -228,12 +275,20 @@ fn shortfall_text(s: &Shortfall) -> String {
     } else {
         format!(
             "{}: short by {} (requested {}, {} left of {})",
-            s.resource,
+            s.resource.name(),
             unit(s.short()),
             unit(s.requested),
             unit(s.allocatable.saturating_sub(s.used)),
             unit(s.allocatable)
         )
+    }
+}
+
+fn started_text(c: &preempt::Candidate) -> String {
+    if c.has_started {
+        format!("started {}", time_of(c.started))
+    } else {
+        "not started".into()
     }
 }
 
@@ -243,7 +298,8 @@ fn time_of(ns: i128) -> String {
         .unwrap_or_default()
 }
 
-/// `reaplet make-room`.
+/// `reaplet make-room`. With `-o json` every outcome is one document, an error before the
+/// plan included.
 pub async fn make_room(
     client: kube::Client,
     a: RoomArgs,
@@ -251,8 +307,30 @@ pub async fn make_room(
     out: &mut dyn Write,
 ) -> Result<(), DrainError> {
     let mut p = Progress::new(out, a.output);
+    let mut emitted = false;
+    let r = plan_and_evict(&client, &a, &cancel, &mut p, &mut emitted).await;
+    if let Err(e) = &r
+        && a.output == Output::Json
+        && !emitted
+    {
+        let doc = json!({"node": a.node, "dryRun": a.dry_run, "outcome": "error",
+            "error": e.to_string()});
+        let _ = writeln!(p.out, "{doc}");
+    }
+    r
+}
+
+async fn plan_and_evict(
+    client: &kube::Client,
+    a: &RoomArgs,
+    cancel: &CancellationToken,
+    p: &mut Progress<'_>,
+    emitted: &mut bool,
+) -> Result<(), DrainError> {
+    let client = client.clone();
     let want = resolve(&client, &a.spec).await?;
     let node = get_node(&client, &a.node).await?;
+    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
     // terminal pods hold nothing (the scheduler's cache drops them); pods being deleted still
     // hold their requests until they are gone, as in the scheduler's cache
     let listed: Vec<Pod> = node_pods(&client, &a.node)
@@ -300,10 +378,10 @@ pub async fn make_room(
         candidates.len(),
         amounts(&used, false)
     ));
-    if want.never_preempts {
+    if cordoned {
         p.line(
-            "note: the pod's preemptionPolicy is Never: the scheduler itself would not preempt \
-             for it",
+            "note: the node is cordoned (spec.unschedulable): the scheduler would not place the \
+             pod here at all, whatever is evicted",
         );
     }
     let mut doc = json!({
@@ -317,9 +395,12 @@ pub async fn make_room(
         },
         "allocatable": {"pods": allocatable.pods, "resources": amounts_json(&allocatable)},
         "requested": {"pods": candidates.len(), "resources": amounts_json(&used)},
+        "cordoned": cordoned,
     });
-    let emit = |p: &mut Progress<'_>, doc: &Value| {
-        if a.output == Output::Json {
+    let output = a.output;
+    let mut emit = |p: &mut Progress<'_>, doc: &Value| {
+        *emitted = true;
+        if output == Output::Json {
             let _ = writeln!(p.out, "{doc}");
         }
     };
@@ -327,7 +408,7 @@ pub async fn make_room(
         Plan::FitsAlready => {
             p.line("fits already: nothing to evict");
             doc["outcome"] = "fits".into();
-            emit(&mut p, &doc);
+            emit(p, &doc);
             return Ok(());
         }
         Plan::Impossible { short } => {
@@ -336,23 +417,34 @@ pub async fn make_room(
             doc["short"] = short
                 .iter()
                 .map(|s| {
-                    json!({"resource": s.resource, "requested": s.requested, "used": s.used,
+                    json!({"resource": s.resource.name(), "requested": s.requested, "used": s.used,
                         "allocatable": s.allocatable, "short": s.short()})
                 })
                 .collect();
             let e = DrainError::Impossible(why.join("; "));
             doc["error"] = e.to_string().into();
-            emit(&mut p, &doc);
+            emit(p, &doc);
+            return Err(e);
+        }
+        Plan::Victims(_) if want.never_preempts => {
+            let e = DrainError::Refused(
+                "the pod's preemptionPolicy is Never: the scheduler would not preempt for it, \
+                 so make-room evicts nothing"
+                    .into(),
+            );
+            doc["outcome"] = "never preempts".into();
+            doc["error"] = e.to_string().into();
+            emit(p, &doc);
             return Err(e);
         }
         Plan::Victims(v) => v,
     };
     for v in &victims {
         let mut why = format!(
-            "priority {} < {}; started {}; requests {}",
+            "priority {} < {}; {}; requests {}",
             v.pod.priority,
             want.priority,
-            time_of(v.pod.started),
+            started_text(&v.pod),
             amounts(&v.pod.requests, false)
         );
         if v.pod.terminating {
@@ -367,21 +459,22 @@ pub async fn make_room(
         }
         p.line(&format!(
             "victim   {}/{}: {why}",
-            v.pod.namespace, v.pod.key
+            v.pod.namespace, v.pod.name
         ));
     }
     doc["outcome"] = "victims".into();
     doc["victims"] = victims
         .iter()
         .map(|v| {
-            json!({"pod": format!("{}/{}", v.pod.namespace, v.pod.key), "uid": v.pod.uid,
-                "priority": v.pod.priority, "startTime": time_of(v.pod.started),
+            json!({"pod": format!("{}/{}", v.pod.namespace, v.pod.name), "uid": v.pod.uid,
+                "priority": v.pod.priority,
+                "startTime": v.pod.has_started.then(|| time_of(v.pod.started)),
                 "requests": amounts_json(&v.pod.requests), "terminating": v.pod.terminating,
                 "violates": v.violates})
         })
         .collect();
     if a.dry_run {
-        emit(&mut p, &doc);
+        emit(p, &doc);
         return Ok(());
     }
     let wave: Vec<_> = victims
@@ -401,8 +494,8 @@ pub async fn make_room(
         &budget_bound,
         None,
         deadline,
-        &cancel,
-        &mut p,
+        cancel,
+        p,
     )
     .await;
     doc["pods"] = rows
@@ -410,6 +503,6 @@ pub async fn make_room(
         .map(|r| json!({"pod": r.pod.key, "state": r.state.label(), "goneAfterSeconds": r.gone_after}))
         .collect();
     doc["error"] = err.as_ref().map(|e| e.to_string()).into();
-    emit(&mut p, &doc);
+    emit(p, &doc);
     err.map_or(Ok(()), Err)
 }

@@ -1,4 +1,11 @@
-//! The `drain` command against the API, with the operator's credentials.
+//! The `drain` command against the API, with the operator's credentials (`kubectl drain`'s
+//! `RunCordonOrUncordon` and `RunNodeDrain`, with the ReplicaSet controller's order).
+//!
+//! Invariants: the plan is printed (or, with `-o json`, is one document) before anything is
+//! evicted; `--dry-run` writes nothing; the plan's times are measured from one instant,
+//! `plannedAt`; the ReplicaSets the ranking reads are listed only in the namespaces of the
+//! node's ReplicaSet pods, and a list the credentials may not make leaves those pods ranked 0
+//! (as for a ReplicaSet without an owner) with a note in the plan.
 
 use super::DrainError;
 use super::evict::evict_waves;
@@ -75,16 +82,28 @@ async fn cordon(client: &kube::Client, node: &str) -> Result<(), DrainError> {
     Ok(())
 }
 
-/// The ReplicaSets the ranking reads (all, when a pod of the node belongs to one).
-async fn replicasets(client: &kube::Client, pods: &[Pod]) -> Result<Vec<ReplicaSet>, DrainError> {
-    let any = pods
+/// The ReplicaSets the ranking reads: those of the namespaces of the node's ReplicaSet pods.
+/// `Err` is a namespace whose list was forbidden (the ranking then counts 0 there).
+async fn replicasets(
+    client: &kube::Client,
+    pods: &[Pod],
+) -> Result<(Vec<ReplicaSet>, Vec<String>), DrainError> {
+    let namespaces: std::collections::BTreeSet<String> = pods
         .iter()
-        .any(|p| pods::owner(p).is_some_and(|o| o.starts_with("ReplicaSet/")));
-    if !any {
-        return Ok(Vec::new());
+        .filter(|p| pods::controller(p).is_some_and(|c| c.kind == "ReplicaSet"))
+        .filter_map(|p| p.metadata.namespace.clone())
+        .collect();
+    let mut out = Vec::new();
+    let mut forbidden = Vec::new();
+    for ns in namespaces {
+        let api: kube::Api<ReplicaSet> = kube::Api::namespaced(client.clone(), &ns);
+        match api::bounded(api.list(&ListParams::default())).await {
+            Ok(l) => out.extend(l.items),
+            Err(e) if e.code() == Some(403) => forbidden.push(ns),
+            Err(e) => return Err(e.into()),
+        }
     }
-    let api: kube::Api<ReplicaSet> = kube::Api::all(client.clone());
-    Ok(api::bounded(api.list(&ListParams::default())).await?.items)
+    Ok((out, forbidden))
 }
 
 /// A planned pod with the ranking keys that placed it.
@@ -116,7 +135,7 @@ fn summary_json(
         "node": node,
         // the one instant the plan's times are measured from
         "plannedAt": now.to_string(),
-        "skipped": plan.skipped.iter().map(|(p, s)| serde_json::json!({"pod": p.key, "why": format!("{s:?}")})).collect::<Vec<_>>(),
+        "skipped": plan.skipped.iter().map(|(p, s)| serde_json::json!({"pod": p.key, "why": s.name()})).collect::<Vec<_>>(),
         "refused": plan.refused.iter().map(|(p, r)| serde_json::json!({"pod": p.key, "why": r.message()})).collect::<Vec<_>>(),
         "waves": plan.waves.iter().map(|w| w.iter().map(planned_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "pods": rows.iter().map(|r| serde_json::json!({
@@ -135,15 +154,38 @@ pub async fn drain(
     out: &mut dyn Write,
 ) -> Result<(), DrainError> {
     let mut p = Progress::new(out, a.output);
-    get_node(&client, &a.node).await?;
+    let read = async {
+        get_node(&client, &a.node).await?;
+        if !a.dry_run {
+            cordon(&client, &a.node).await?;
+        }
+        let listed = node_pods(&client, &a.node).await?;
+        let (rs, forbidden) = replicasets(&client, &listed).await?;
+        Ok::<_, DrainError>((listed, rs, forbidden))
+    };
+    let (listed, rs, forbidden) = match read.await {
+        Ok(r) => r,
+        Err(e) => {
+            // with -o json, a failure before the plan is a document too
+            if a.output == Output::Json {
+                let doc = serde_json::json!({"node": a.node, "dryRun": a.dry_run,
+                    "error": e.to_string()});
+                let _ = writeln!(p.out, "{doc}");
+            }
+            return Err(e);
+        }
+    };
     if a.dry_run {
         p.line(&format!("node {} (dry run: not cordoned)", a.node));
     } else {
-        cordon(&client, &a.node).await?;
         p.line(&format!("node {} cordoned", a.node));
     }
-    let listed = node_pods(&client, &a.node).await?;
-    let rs = replicasets(&client, &listed).await?;
+    if !forbidden.is_empty() {
+        p.line(&format!(
+            "note: ReplicaSets may not be listed in {}: their pods rank 0 on related pods",
+            forbidden.join(", ")
+        ));
+    }
     // one "now" for the whole plan, at full precision, as the controller's sort takes it
     let now = jiff::Timestamp::now();
     let plan = plan::plan(pods::drain_pods_at(&listed, &rs, now), a.options);

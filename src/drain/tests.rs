@@ -5,7 +5,7 @@ use super::rank::{Phase, RankedPod, compare, sort};
 use proptest::prelude::*;
 use std::cmp::Ordering;
 
-fn base(uid: &str) -> RankedPod {
+pub(super) fn base(uid: &str) -> RankedPod {
     RankedPod {
         uid: uid.into(),
         assigned: true,
@@ -187,7 +187,12 @@ fn each_ranking_rule_decides_in_its_turn() {
     assert_eq!(v[0].uid, "a");
 }
 
-fn drain_pod(key: &str, owner: Option<&str>, priority: i32, rank: RankedPod) -> DrainPod {
+pub(super) fn drain_pod(
+    key: &str,
+    owner: Option<&str>,
+    priority: i32,
+    rank: RankedPod,
+) -> DrainPod {
     DrainPod {
         key: key.into(),
         uid: rank.uid.clone(),
@@ -306,7 +311,7 @@ fn cand(
     let t0: i128 = 1_800_000_000_000_000_000;
     Candidate {
         uid: uid.into(),
-        key: uid.into(),
+        name: uid.into(),
         namespace: "default".into(),
         labels: labels
             .iter()
@@ -314,6 +319,7 @@ fn cand(
             .collect(),
         priority,
         started: t0 - (started_ago * 1e9) as i128,
+        has_started: true,
         requests: Resources {
             milli_cpu: cpu,
             ..Resources::default()

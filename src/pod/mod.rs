@@ -331,8 +331,6 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
-/// Parses a grace value written as text (an annotation): integers only, saturating, negative
-/// → 1 as the API server does. Garbage → None.
 /// A mirror pod: the API's copy of one of the kubelet's static pods (another UID; the kubelet
 /// recreates it when it is deleted). The one place that reads `kubernetes.io/config.mirror`.
 pub fn is_mirror(pod: &api::Pod) -> bool {
@@ -362,6 +360,8 @@ pub fn is_terminal(pod: &api::Pod) -> bool {
     )
 }
 
+/// Parses a grace value written as text (an annotation): integers only, saturating, negative
+/// → 1 as the API server does. Garbage → None.
 pub fn parse_grace(s: &str) -> Option<i64> {
     let t = s.trim();
     let v: i128 = t.parse().ok().or_else(|| {
