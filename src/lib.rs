@@ -49,6 +49,7 @@ pub mod metrics;
 pub mod pod;
 pub mod records;
 pub mod sd_notify;
+pub mod self_pod;
 pub mod server;
 pub mod shutdown;
 pub mod standby;
