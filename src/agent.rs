@@ -41,6 +41,8 @@ pub struct AgentConfig {
     /// `pod_manifest_path` the same directory, a static pod with no manifest is an orphan
     /// ([`StaticPods::AllOfNode`]).
     pub kubelet_static_pod_path: Option<PathBuf>,
+    /// reaplet's own pod, when it runs in one ([`crate::self_pod::detect`]).
+    pub own_pod: Option<crate::pod::PodUid>,
     pub file_check_frequency: Duration,
     /// API client configuration; `None` runs from the manifest directory alone.
     pub kube: Option<kube::Config>,
@@ -93,6 +95,7 @@ impl AgentConfig {
             cgroup_root: cgroup_root.into(),
             pod_manifest_path: None,
             kubelet_static_pod_path: None,
+            own_pod: None,
             file_check_frequency: Duration::from_secs(1),
             kube: None,
             api_qps: 100.0,
@@ -300,6 +303,12 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         cfg.kubelet_static_pod_path.as_deref(),
     );
     tracing::info!(staticPods = ?pipeline.static_pods, "whose the node's static pods are");
+    if let Some(uid) = &cfg.own_pod {
+        tracing::info!(podUID = %uid, "reaplet runs in a pod of its own: never an orphan, never evicted, never stopped by reaplet");
+    }
+    pipeline.own_pod = cfg.own_pod.clone();
+    let mut eviction_config = cfg.eviction.clone();
+    eviction_config.own_pod = cfg.own_pod.clone();
     if pipeline.volume_teardown
         && let Err(why) = crate::volumes::teardown::can_tear_down(
             std::path::Path::new("/proc"),
@@ -437,7 +446,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                     events: events.clone(),
                     metrics: Some(metrics.clone()),
                     authority: authority.clone(),
-                    config: cfg.eviction.clone(),
+                    config: eviction_config.clone(),
                     view: evictions.clone(),
                     health: health.clone(),
                 },

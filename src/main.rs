@@ -625,6 +625,10 @@ async fn agent_config(
         cgroup_root: s.cgroup_root,
         pod_manifest_path: s.pod_manifest_path,
         kubelet_static_pod_path: s.kubelet_static_pod_path,
+        own_pod: reaplet::self_pod::detect().map(|(uid, how)| {
+            tracing::info!(podUID = %uid, from = how.as_str(), "found reaplet's own pod");
+            uid
+        }),
         file_check_frequency: s.file_check_frequency,
         kube,
         api_qps: s.kube_api_qps,
@@ -667,6 +671,8 @@ async fn agent_config(
                     settle: s.node_affinity_settle,
                 }),
             dry_run: s.eviction_dry_run,
+            // set by the agent from its own pod
+            own_pod: None,
         },
         shutdown: reaplet::shutdown::ShutdownConfig::new(s.shutdown.clone()),
     };

@@ -38,6 +38,8 @@ pub struct EvictionConfig {
     pub node_affinity: Option<AffinityConfig>,
     /// Decide and report only (`--eviction-dry-run`).
     pub dry_run: bool,
+    /// reaplet's own pod ([`crate::self_pod`]): exempt from every eviction source.
+    pub own_pod: Option<PodUid>,
 }
 
 impl EvictionConfig {

@@ -106,8 +106,9 @@ pub(super) struct Done {
 /// Evictions under way at once.
 const CONCURRENT: usize = 8;
 
-fn facts(pod: &Pod, seen: Instant) -> Option<PodFacts> {
+pub(super) fn facts(pod: &Pod, seen: Instant, own: Option<&PodUid>) -> Option<PodFacts> {
     let uid = pod_uid(pod)?;
+    let exempt = mirror_or_static(pod) || own == Some(&uid);
     Some(PodFacts {
         uid,
         key: key(pod),
@@ -116,7 +117,7 @@ fn facts(pod: &Pod, seen: Instant) -> Option<PodFacts> {
             .as_ref()
             .and_then(|s| s.tolerations.clone())
             .unwrap_or_default(),
-        exempt: mirror_or_static(pod),
+        exempt,
         seen,
     })
 }
@@ -364,7 +365,7 @@ impl<R: Runtime> Runner<R> {
             let ago = Duration::try_from(ago).unwrap_or(Duration::ZERO);
             now.checked_sub(ago).unwrap_or(now)
         });
-        let Some(f) = facts(&p, seen) else {
+        let Some(f) = facts(&p, seen, self.cx.config.own_pod.as_ref()) else {
             return;
         };
         if !live(&p) {
@@ -404,6 +405,7 @@ impl<R: Runtime> Runner<R> {
                 .matches(&pod.metadata.labels.clone().unwrap_or_default())
             && !daemonset_owned(pod)
             && !mirror_or_static(pod)
+            && pod_uid(pod).is_none_or(|u| self.cx.config.own_pod.as_ref() != Some(&u))
     }
 
     fn check_affinity(&mut self, uid: &PodUid, now: Instant) {

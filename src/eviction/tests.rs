@@ -439,3 +439,26 @@ fn label_selectors_parse_and_match() {
         assert!(LabelSelector::parse(bad).is_err(), "{bad}");
     }
 }
+
+/// Issue 30, item 3: reaplet's own pod is exempt from the taint manager (and node affinity),
+/// whatever its tolerations; another pod is not.
+#[test]
+fn reaplets_own_pod_is_exempt() {
+    let pod = |uid: &str| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "d", "uid": uid},
+            "spec": {"containers": []}}))
+        .unwrap()
+    };
+    let own = PodUid::parse("3f25e7de-8bc9-47a1-b509-d9940894e787").unwrap();
+    let now = Instant::now();
+    let f = super::runner::facts(&pod(own.as_str()), now, Some(&own)).unwrap();
+    assert!(f.exempt);
+    let other = super::runner::facts(
+        &pod("d1c2b3a4-0000-4000-8000-000000000001"),
+        now,
+        Some(&own),
+    )
+    .unwrap();
+    assert!(!other.exempt);
+}

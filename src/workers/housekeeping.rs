@@ -459,6 +459,14 @@ impl<R: Runtime> PodWorkers<R> {
                 }
                 continue;
             }
+            // reaplet's own pod is never an orphan, whatever the sources say (stopping it would
+            // kill the process doing the stopping)
+            if self.is_own(uid) {
+                if reg.left_alone.insert(uid.clone()) {
+                    tracing::info!(podUID = %uid, "reaplet's own pod in the runtime; never an orphan");
+                }
+                continue;
+            }
             // the kubelet's static pods are never orphans (their API objects are mirror pods
             // under other UIDs), unless reaplet reads the kubelet's own manifest directory
             if !reg.workers.contains_key(uid)

@@ -102,6 +102,10 @@ pub struct PipelineConfig {
     /// with the reason and a `ContainerRuntimeUnhealthy` event is recorded once (kubelet:
     /// `maxWaitForContainerRuntime`, 30 s, after which the node's runtime is reported down).
     pub runtime_unhealthy_after: Duration,
+    /// reaplet's own pod, when it runs in one ([`crate::self_pod`]): never an orphan, never
+    /// stopped (stopping it would kill the process doing the stopping); its deletion is left
+    /// to the kubelet.
+    pub own_pod: Option<PodUid>,
 }
 
 /// Whose the static pods the runtime runs are: which of them a relist may take for orphans.
@@ -134,6 +138,7 @@ impl Default for PipelineConfig {
             container_events: true,
             exceeded_grace_slack: Duration::from_secs(10),
             static_pods: StaticPods::Kubelets,
+            own_pod: None,
             orphan_min_age: Duration::from_secs(120),
             runtime_unhealthy_after: Duration::from_secs(30),
         }

@@ -134,6 +134,12 @@ impl<R: Runtime> PodWorkers<R> {
         let mut reg = self.registry();
         let before = reg.desired.insert(pod.uid.clone(), pod.clone());
         let kill = implied_kill(before.as_ref(), &pod);
+        if self.is_own(&pod.uid) {
+            if let Some(k) = kill {
+                own_pod_left_alone(&mut reg, &pod, &k);
+            }
+            return;
+        }
         if let Some(w) = reg.workers.get(&pod.uid) {
             w.mailbox.send_update(pod);
             if let Some(k) = kill {
@@ -187,6 +193,10 @@ impl<R: Runtime> PodWorkers<R> {
     /// [`Self::deliver`], with `source` for a pod no source knows (an orphan: `Runtime`).
     pub(super) fn deliver_from(&self, pod: PodInfo, source: PodSource, req: KillRequest) {
         let mut reg = self.registry();
+        if self.is_own(&pod.uid) {
+            own_pod_left_alone(&mut reg, &pod, &req);
+            return;
+        }
         if let Some(w) = reg.workers.get(&pod.uid) {
             w.send_kill(req);
             return;
@@ -242,6 +252,11 @@ impl<R: Runtime> PodWorkers<R> {
         }
     }
 
+    /// Whether `uid` is reaplet's own pod.
+    pub(super) fn is_own(&self, uid: &PodUid) -> bool {
+        self.inner.config.own_pod.as_ref() == Some(uid)
+    }
+
     fn spawn_worker(&self, pod: PodInfo, source: PodSource) -> WorkerHandle {
         let mailbox = Arc::new(Mailbox::default());
         let view = Arc::new(Mutex::new(PodView {
@@ -259,6 +274,16 @@ impl<R: Runtime> PodWorkers<R> {
         let task = supervise(self.inner.clone(), mailbox.clone(), view.clone(), pod);
         self.inner.tracker.spawn(task.instrument(span));
         WorkerHandle { mailbox, view }
+    }
+}
+
+/// A reason to end reaplet's own pod: not acted on (stopping its containers would kill the
+/// process doing the stopping, before the pod's status is written). Logged once per pod; the
+/// request's completion notice is dropped (its receiver sees the pod as done with).
+fn own_pod_left_alone(reg: &mut Registry, pod: &PodInfo, req: &KillRequest) {
+    if reg.left_alone.insert(pod.uid.clone()) {
+        tracing::warn!(pod = %pod.key(), podUID = %pod.uid, reason = ?req.reason,
+            "reaplet's own pod: never stopped by reaplet; left to the kubelet");
     }
 }
 
