@@ -171,6 +171,9 @@ fn colocated(pods: &[Pod], replicasets: &[ReplicaSet]) -> Vec<u32> {
             *per_owner.entry(o).or_default() += 1;
         }
     }
+    // the count depends only on (namespace, Deployment, node): each is counted once
+    let mut counted: BTreeMap<(String, String, Option<String>), u32> = BTreeMap::new();
+    let no_labels = BTreeMap::new();
     pods.iter()
         .map(|p| {
             let ns = p.metadata.namespace.as_deref().unwrap_or_default();
@@ -187,23 +190,27 @@ fn colocated(pods: &[Pod], replicasets: &[ReplicaSet]) -> Vec<u32> {
             let Some(top) = rs_controller(rs) else {
                 return 0;
             };
-            let related: Vec<Vec<super::preempt::Req>> = replicasets
-                .iter()
-                .filter(|r| r.metadata.namespace.as_deref() == Some(ns))
-                .filter(|r| rs_controller(r).as_ref() == Some(&top))
-                .filter_map(|r| r.spec.as_ref().and_then(|s| selector(&s.selector)))
-                .collect();
             let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            pods.iter()
-                .filter(|q| active(q) && q.metadata.namespace.as_deref() == Some(ns))
-                .filter(|q| q.spec.as_ref().and_then(|s| s.node_name.clone()) == node)
-                .filter(|q| {
-                    let labels = q.metadata.labels.clone().unwrap_or_default();
-                    related
+            *counted
+                .entry((ns.to_string(), top.clone(), node.clone()))
+                .or_insert_with(|| {
+                    let related: Vec<Vec<super::preempt::Req>> = replicasets
                         .iter()
-                        .any(|sel| sel.iter().all(|r| r.matches(&labels)))
+                        .filter(|r| r.metadata.namespace.as_deref() == Some(ns))
+                        .filter(|r| rs_controller(r).as_ref() == Some(&top))
+                        .filter_map(|r| r.spec.as_ref().and_then(|s| selector(&s.selector)))
+                        .collect();
+                    pods.iter()
+                        .filter(|q| active(q) && q.metadata.namespace.as_deref() == Some(ns))
+                        .filter(|q| q.spec.as_ref().and_then(|s| s.node_name.clone()) == node)
+                        .filter(|q| {
+                            let labels = q.metadata.labels.as_ref().unwrap_or(&no_labels);
+                            related
+                                .iter()
+                                .any(|sel| sel.iter().all(|r| r.matches(labels)))
+                        })
+                        .count() as u32
                 })
-                .count() as u32
         })
         .collect()
 }

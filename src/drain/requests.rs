@@ -197,17 +197,13 @@ pub fn pod_requests(pod: &Pod, on_node: bool) -> Result<ResourceList, BadQuantit
     Ok(reqs)
 }
 
-fn key(pod: &Pod) -> String {
-    super::pods::key(pod)
-}
-
 /// What the scheduler counts for a pod on the node; a quantity that does not parse is logged
 /// and counted as nothing.
 pub fn on_node_requests(pod: &Pod) -> Resources {
     match pod_requests(pod, true) {
         Ok(l) => Resources::from_list(&l),
         Err(e) => {
-            tracing::warn!(pod = %key(pod), error = %e, "malformed quantity; its requests count as 0");
+            tracing::warn!(pod = %super::pods::key(pod), error = %e, "malformed quantity; its requests count as 0");
             Resources::default()
         }
     }
@@ -225,11 +221,6 @@ pub fn allocatable(node: &Node) -> Resources {
     }
 }
 
-/// Nanoseconds since the epoch.
-pub fn ns(t: &jiff::Timestamp) -> i128 {
-    t.as_nanosecond()
-}
-
 /// A pod on the node as preemption reads it, with the plan's one `now` for a pod not started.
 pub fn candidate(pod: &Pod, now: jiff::Timestamp) -> Candidate {
     let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
@@ -239,7 +230,7 @@ pub fn candidate(pod: &Pod, now: jiff::Timestamp) -> Candidate {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         labels: pod.metadata.labels.clone().unwrap_or_default(),
         priority: pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
-        started: ns(start.map_or(&now, |t| &t.0)),
+        started: start.map_or(now, |t| t.0).as_nanosecond(),
         has_started: start.is_some(),
         requests: on_node_requests(pod),
         evictable: !crate::pod::is_mirror(pod),

@@ -327,13 +327,12 @@ async fn plan_and_evict(
     p: &mut Progress<'_>,
     emitted: &mut bool,
 ) -> Result<(), DrainError> {
-    let client = client.clone();
-    let want = resolve(&client, &a.spec).await?;
-    let node = get_node(&client, &a.node).await?;
+    let want = resolve(client, &a.spec).await?;
+    let node = get_node(client, &a.node).await?;
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
     // terminal pods hold nothing (the scheduler's cache drops them); pods being deleted still
     // hold their requests until they are gone, as in the scheduler's cache
-    let listed: Vec<Pod> = node_pods(&client, &a.node)
+    let listed: Vec<Pod> = node_pods(client, &a.node)
         .await?
         .into_iter()
         .filter(|p| !crate::pod::is_terminal(p))
@@ -488,16 +487,8 @@ async fn plan_and_evict(
         .filter(|v| !v.violates.is_empty())
         .map(|v| (v.pod.uid.clone(), v.violates.clone()))
         .collect();
-    let (rows, err) = evict_waves(
-        &client,
-        vec![wave],
-        &budget_bound,
-        None,
-        deadline,
-        cancel,
-        p,
-    )
-    .await;
+    let (rows, err) =
+        evict_waves(client, vec![wave], &budget_bound, None, deadline, cancel, p).await;
     doc["pods"] = rows
         .iter()
         .map(|r| json!({"pod": r.pod.key, "state": r.state.label(), "goneAfterSeconds": r.gone_after}))

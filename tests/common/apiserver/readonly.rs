@@ -14,15 +14,22 @@ use std::sync::Arc;
 /// The classes kube-apiserver creates at start (`SystemPriorityClasses`).
 pub fn system_classes() -> Vec<Value> {
     [
-        ("system-node-critical", 2_000_001_000),
-        ("system-cluster-critical", 2_000_000_000),
+        (
+            "system-node-critical",
+            2_000_001_000,
+            "Used for system critical pods that must not be moved from their current node.",
+        ),
+        (
+            "system-cluster-critical",
+            2_000_000_000,
+            "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+        ),
     ]
     .into_iter()
-    .map(|(name, value)| {
+    .map(|(name, value, description)| {
         json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": name}, "value": value, "globalDefault": false,
-            "preemptionPolicy": "PreemptLowerPriority",
-            "description": "Used for system critical pods that must not be moved from their current node."})
+            "preemptionPolicy": "PreemptLowerPriority", "description": description})
     })
     .collect()
 }
