@@ -304,7 +304,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     );
     tracing::info!(staticPods = ?pipeline.static_pods, "whose the node's static pods are");
     if let Some(uid) = &cfg.own_pod {
-        tracing::info!(podUID = %uid, "reaplet runs in a pod of its own: never an orphan, never evicted, never stopped by reaplet");
+        tracing::info!(podUID = %uid, "reaplet runs in a pod of its own: never an orphan, never evicted; its deletion ends it last");
     }
     pipeline.own_pod = cfg.own_pod.clone();
     let mut eviction_config = cfg.eviction.clone();

@@ -6,9 +6,10 @@
 //! ends.
 //!
 //! Invariants: reaplet never takes its own pod for an orphan, never evicts it for a taint or
-//! node affinity, and never stops its containers (that would kill the process doing the
-//! ending); a deletion of its own pod is left to the kubelet. A malformed UID is ignored
-//! (reaplet is then not in a pod, as far as it knows), never a panic.
+//! node affinity, and never stops its containers one by one (that would kill the process doing
+//! the ending); a deletion of its own pod is the kubelet's while one holds the node, and
+//! otherwise ends it last, its status written first (`workers::own_pod`). A malformed UID is
+//! ignored (reaplet is then not in a pod, as far as it knows), never a panic.
 
 use crate::pod::PodUid;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 const SOURCE: &str = "file";
 
 /// A relist every second over `window` (paused time): what the housekeeping loop does.
-async fn relists_over(r: &Rig, window: Duration) {
+pub(super) async fn relists_over(r: &Rig, window: Duration) {
     let end = tokio::time::Instant::now() + window;
     while tokio::time::Instant::now() < end {
         r.workers.relist().await.unwrap();
@@ -98,41 +98,4 @@ async fn a_pod_started_while_the_list_was_under_way_is_no_orphan() {
     relists_over(&r, Duration::from_secs(10)).await;
     untouched(&r, "new");
     assert_eq!(r.rt.stops_of("old-app").len(), 1, "the orphan");
-}
-
-/// Issue 30, item 3: reaplet's own pod (its UID found at start) is never an orphan, and a
-/// deletion of it, or any kill request for it, never stops its containers: that would kill
-/// the process doing the stopping. Another pod in the same state is ended as usual. Watched
-/// over a 10 s window of relists.
-#[tokio::test(start_paused = true)]
-async fn reapets_own_pod_is_never_an_orphan_and_never_stopped() {
-    use super::tests::with_fake_runtime::{api_pod, deleted};
-    let own = PodUid::parse("own").unwrap();
-    let r = rig_with(|c| c.own_pod = Some(own.clone()));
-    // unknown to every source: the own pod and a real orphan
-    r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
-    r.rt.add_pod("orphan", &[("app", Behaviour::IgnoreTerm)]);
-    r.workers.expect_sources(&[SOURCE]);
-    r.workers.mark_source_synced(SOURCE, crate::wall_ns());
-    relists_over(&r, Duration::from_secs(10)).await;
-    untouched(&r, "own");
-    assert_eq!(r.rt.stops_of("orphan-app").len(), 1, "the orphan");
-    // its API object deleted, then an explicit kill (an eviction source, a shutdown)
-    let p = api_pod("own", 30);
-    r.workers.upsert(p.clone());
-    r.workers.upsert(deleted(&p, 30));
-    assert!(
-        r.workers
-            .kill(
-                &own,
-                KillRequest::new(KillReason::Evicted(
-                    crate::lifecycle::EvictionSource::TaintManager,
-                ))
-            )
-            .is_ok()
-    );
-    relists_over(&r, Duration::from_secs(10)).await;
-    assert!(r.rt.stops_of("own-app").is_empty(), "own: stopped");
-    // known (desired), but no worker: still in sync
-    assert_eq!(r.workers.view(&own).unwrap().phase, PodPhase::Sync);
 }

@@ -34,6 +34,7 @@
 //!   return, and the runtime is re-read right away.
 
 mod housekeeping;
+mod own_pod;
 mod registry;
 mod runtime_health;
 mod subscription;
@@ -42,6 +43,8 @@ mod worker;
 
 #[cfg(test)]
 mod judge_tests;
+#[cfg(test)]
+mod own_pod_tests;
 #[cfg(test)]
 mod resume_tests;
 #[cfg(test)]
@@ -103,8 +106,8 @@ pub struct PipelineConfig {
     /// `maxWaitForContainerRuntime`, 30 s, after which the node's runtime is reported down).
     pub runtime_unhealthy_after: Duration,
     /// reaplet's own pod, when it runs in one ([`crate::self_pod`]): never an orphan, never
-    /// stopped (stopping it would kill the process doing the stopping); its deletion is left
-    /// to the kubelet.
+    /// stopped for another reason than its API deletion, which is the kubelet's while one holds
+    /// the node, and otherwise ends it last and status first ([`own_pod`]).
     pub own_pod: Option<PodUid>,
 }
 
@@ -296,6 +299,8 @@ struct Inner<R> {
     tracker: TaskTracker,
     registry: Mutex<Registry>,
     relist_now: Notify,
+    /// Wakes the own pod's ending task ([`own_pod`]).
+    own_wake: Notify,
     status: OnceLock<Arc<dyn StatusSink>>,
     metrics: OnceLock<Arc<Metrics>>,
     /// The housekeeping loop's last beat (ms since `started`), for `/healthz` and the
@@ -347,6 +352,7 @@ impl<R: Runtime> PodWorkers<R> {
                 tracker,
                 registry: Mutex::default(),
                 relist_now: Notify::new(),
+                own_wake: Notify::new(),
                 status: OnceLock::new(),
                 metrics: OnceLock::new(),
                 heartbeat: std::sync::atomic::AtomicU64::new(0),

@@ -113,6 +113,8 @@ pub(super) struct Registry {
     pub(super) workers: HashMap<PodUid, WorkerHandle>,
     /// Static runtime pods of the kubelet's sources, already reported as left alone.
     pub(super) left_alone: HashSet<PodUid>,
+    /// reaplet's own pod's deletion ([`super::own_pod`]).
+    pub(super) own_end: super::own_pod::OwnEnd,
 }
 
 /// The kill a changed object implies, the first time it implies one.
@@ -135,8 +137,16 @@ impl<R: Runtime> PodWorkers<R> {
         let before = reg.desired.insert(pod.uid.clone(), pod.clone());
         let kill = implied_kill(before.as_ref(), &pod);
         if self.is_own(&pod.uid) {
-            if let Some(k) = kill {
-                own_pod_left_alone(&mut reg, &pod, &k);
+            match kill {
+                Some(k) if k.reason == KillReason::Deleted => {
+                    self.own_pod_ending(&mut reg, Some(pod));
+                }
+                Some(k) => own_pod_left_alone(&mut reg, &pod, &k),
+                // the newest deleted object is the one whose status is written
+                None if reg.own_end.deleted.is_some() && pod.deletion_requested => {
+                    reg.own_end.deleted = Some(pod);
+                }
+                None => {}
             }
             return;
         }
@@ -194,7 +204,11 @@ impl<R: Runtime> PodWorkers<R> {
     pub(super) fn deliver_from(&self, pod: PodInfo, source: PodSource, req: KillRequest) {
         let mut reg = self.registry();
         if self.is_own(&pod.uid) {
-            own_pod_left_alone(&mut reg, &pod, &req);
+            if req.reason == KillReason::ObjectGone {
+                self.own_pod_ending(&mut reg, None);
+            } else {
+                own_pod_left_alone(&mut reg, &pod, &req);
+            }
             return;
         }
         if let Some(w) = reg.workers.get(&pod.uid) {
@@ -277,13 +291,14 @@ impl<R: Runtime> PodWorkers<R> {
     }
 }
 
-/// A reason to end reaplet's own pod: not acted on (stopping its containers would kill the
-/// process doing the stopping, before the pod's status is written). Logged once per pod; the
-/// request's completion notice is dropped (its receiver sees the pod as done with).
+/// A reason to end reaplet's own pod other than its API object's deletion ([`super::own_pod`]):
+/// not acted on (stopping its containers would kill the process doing the stopping). Logged
+/// once per pod; the request's completion notice is dropped (its receiver sees the pod as done
+/// with).
 fn own_pod_left_alone(reg: &mut Registry, pod: &PodInfo, req: &KillRequest) {
     if reg.left_alone.insert(pod.uid.clone()) {
         tracing::warn!(pod = %pod.key(), podUID = %pod.uid, reason = ?req.reason,
-            "reaplet's own pod: never stopped by reaplet; left to the kubelet");
+            "reaplet's own pod: only its API deletion ends it; request dropped");
     }
 }
 
