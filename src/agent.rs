@@ -313,6 +313,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         && let Err(why) = crate::volumes::teardown::can_tear_down(
             std::path::Path::new("/proc"),
             std::path::Path::new("/run/systemd/system").is_dir(),
+            &pipeline.root_dir,
         )
     {
         tracing::warn!(why = %why,

@@ -145,12 +145,17 @@ pub async fn run(
         }
     }
     out.push(
-        match crate::volumes::teardown::can_tear_down(host.proc, host.systemd_run.is_dir()) {
+        match crate::volumes::teardown::can_tear_down(
+            host.proc,
+            host.systemd_run.is_dir(),
+            &settings.root_dir,
+        ) {
             Ok(()) => line(
                 "volume teardown",
                 Outcome::Pass,
-                "host mount namespace and CAP_SYS_ADMIN: node-local volumes of terminated pods are \
-             unmounted while active",
+                "unmounts reach the host's mounts (its namespace, or the root dir shared with it) \
+                 and CAP_SYS_ADMIN: node-local volumes of terminated pods are unmounted while \
+                 active",
             ),
             Err(why) => line(
                 "volume teardown",
@@ -402,15 +407,50 @@ async fn api_check(cfg: kube::Config, node: &str) -> Line {
         Ok(c) => c,
         Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
     };
+    // every review asks for what reaplet really sends: its lists and watches carry the node's
+    // field selector (the Node authorizer allows a node nothing wider), and a GET names a pod;
+    // a node may GET only pods bound to it, so the review names one of this node's pods
+    let on_node = format!("spec.nodeName={node}");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
+    let sample = pods
+        .list(&kube::api::ListParams::default().fields(&on_node).limit(1))
+        .await
+        .ok()
+        .and_then(|l| l.items.into_iter().next())
+        .map(|p| {
+            (
+                p.metadata.namespace.unwrap_or_default(),
+                p.metadata.name.unwrap_or_default(),
+            )
+        });
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
     let mut denied = Vec::new();
+    let mut unasked = Vec::new();
     for (verb, resource, sub) in NEEDED {
+        let pod_get = *resource == "pods" && *verb == "get";
+        let (namespace, name) = match (pod_get, &sample) {
+            (false, _) => (None, None),
+            (true, Some((ns, name))) => (Some(ns.clone()), Some(name.clone())),
+            (true, None) => {
+                unasked.push(format!("{verb} {resource}"));
+                continue;
+            }
+        };
+        let selector = (*resource == "pods" && matches!(*verb, "list" | "watch")).then(|| {
+            k8s_openapi::api::authorization::v1::FieldSelectorAttributes {
+                raw_selector: Some(on_node.clone()),
+                requirements: None,
+            }
+        });
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some((*verb).into()),
                     resource: Some((*resource).into()),
                     subresource: (!sub.is_empty()).then(|| (*sub).into()),
+                    field_selector: selector,
+                    namespace,
+                    name,
                     ..ResourceAttributes::default()
                 }),
                 ..SelfSubjectAccessReviewSpec::default()
@@ -426,6 +466,19 @@ async fn api_check(cfg: kube::Config, node: &str) -> Line {
             }),
             Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
         }
+    }
+    if denied.is_empty() && !unasked.is_empty() {
+        return line(
+            "kubeconfig",
+            Outcome::Pass,
+            format!(
+                "{url}: permitted to {} of {} needed verbs (node {node}); not asked: {} (no pod \
+                 on this node to name)",
+                NEEDED.len() - unasked.len(),
+                NEEDED.len(),
+                unasked.join(", ")
+            ),
+        );
     }
     if denied.is_empty() {
         line(

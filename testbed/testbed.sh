@@ -11,6 +11,12 @@
 #   testbed/testbed.sh status    exit 0 when the private containerd is running
 #   testbed/testbed.sh apt-install PKG...  apt-get install with a lock timeout and retries
 #                                (what install does; testbed/vm/image.sh uses it too)
+#   testbed/testbed.sh reaplet-image BINARY
+#                                the DaemonSet's image (deploy/daemonset.yaml, `reaplet:local`):
+#                                BINARY (the release build) stripped, with the shared libraries
+#                                it links, as an OCI tarball BINARY-image.tar (rebuilt when BINARY
+#                                changed); prints its path. Load it on a node with
+#                                `ctr -n k8s.io images import --snapshotter overlayfs TAR`
 #
 # Settings (environment): REAPLET_TESTBED_DIR (default /tmp/reaplet-testbed),
 # REAPLET_CACHE_DIR (default ~/.cache/reaplet), REAPLET_TESTBED_CGROUP_ROOT (default /reaplet-testbed:
@@ -237,6 +243,47 @@ build_images() {
     log "images built in $((SECONDS - t0)) s"
 }
 
+# the name the DaemonSet's `image: reaplet:local` resolves to in containerd
+REAPLET_IMAGE=docker.io/library/reaplet:local
+
+# cmd_reaplet_image BINARY: see the usage above. The root filesystem: /usr/bin/reaplet, the
+# libraries and loader `ldd` names at the paths it names, /tmp, /etc/passwd; nothing else (no
+# shell: the image runs reaplet and nothing else)
+cmd_reaplet_image() {
+    local bin=${1:-} out key work r lib
+    [ -n "$bin" ] || die "usage: testbed.sh reaplet-image BINARY (e.g. target/release/reaplet)"
+    [ -x "$bin" ] || die "$bin: no such executable; build it first (cargo build --release --locked)"
+    STEP="reaplet-image"
+    out=$bin-image.tar
+    key=$({ sha "$bin"; sha "$0"; } | sha256sum | cut -c1-16)
+    if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
+        printf '%s\n' "$out"
+        return
+    fi
+    work=$(mktemp -d)
+    # shellcheck disable=SC2064 # the path now: $work is local
+    trap "rm -rf '$work'" EXIT
+    r=$work/rootfs
+    mkdir -p "$r/usr/bin" "$r/etc" "$r/tmp" "$r/proc" "$r/sys" "$r/dev" "$r/run"
+    chmod 1777 "$r/tmp"
+    STEP="reaplet-image: strip the binary"
+    strip -o "$r/usr/bin/reaplet" "$bin"
+    STEP="reaplet-image: shared libraries (ldd)"
+    for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+        mkdir -p "$r$(dirname "$lib")"
+        cp -L "$lib" "$r$lib"
+    done
+    printf 'root:x:0:0:root:/:/usr/bin/reaplet\n' >"$r/etc/passwd"
+    printf 'root:x:0:\n' >"$r/etc/group"
+    STEP="reaplet-image: image"
+    build_image "$out.tmp" "$r" '["/usr/bin/reaplet"]' "$REAPLET_IMAGE"
+    mv "$out.tmp" "$out"
+    printf '%s\n' "$key" >"$out.key"
+    rm -rf "$work"
+    log "reaplet image built: $out ($REAPLET_IMAGE)"
+    printf '%s\n' "$out"
+}
+
 running() {
     [ -f "$DIR/containerd.pid" ] && kill -0 "$(cat "$DIR/containerd.pid")" 2>/dev/null &&
         [ -S "$SOCK" ]
@@ -367,5 +414,6 @@ restart) cmd_restart ;;
 stop) cmd_stop ;;
 status) running || exit 1 ;;
 apt-install) shift; cmd_apt_install "$@" ;;
-*) sed -n '2,24p' "$0"; exit 64 ;;
+reaplet-image) shift; cmd_reaplet_image "$@" ;;
+*) sed -n '2,27p' "$0"; exit 64 ;;
 esac

@@ -540,28 +540,36 @@ fn first_unsafe(target: &Path, file_leaf: bool) -> Option<PathBuf> {
     None
 }
 
-/// Whether this process can tear volumes down for the host: it must be in the host's mount
-/// namespace (an unmount in a namespace of its own never reaches the host's, and a later rmdir
-/// there detaches the host's mount for good) and hold `CAP_SYS_ADMIN`. Read from `proc`
-/// (`/proc`; a fixture in tests): where `self/ns/mnt` and `1/ns/mnt` are both readable they
-/// must be the same namespace (root may not read init's: ptrace rules). Else the root mount of
-/// `self/mountinfo` decides: never a slave (`master:N`: a namespace a service manager linked
-/// back to the host, as systemd's `ProtectSystem=`, `PrivateTmp=`, ... do), and, when systemd is
-/// init (`init_is_systemd`: it makes the host's root mount shared), `shared` (a private one is
-/// a namespace of its own, as `unshare -m` makes; without systemd the host's root may be
-/// private too, so that is not told apart). And `CapEff` of `self/status` must have bit 21.
-/// `Err` says why not.
-pub fn can_tear_down(proc: &Path, init_is_systemd: bool) -> Result<(), String> {
+/// Whether this process can tear volumes down for the host: an unmount it makes below `root_dir`
+/// must reach the host's mount table (an unmount in a namespace of its own that does not
+/// propagate never reaches it, and a later rmdir there detaches the host's mount for good), and
+/// it must hold `CAP_SYS_ADMIN`. Read from `proc` (`/proc`; a fixture in tests):
+/// * where `self/ns/mnt` and `1/ns/mnt` are both readable (root may not read init's: ptrace
+///   rules) and the same, this is the host's namespace;
+/// * where they differ (a container: the DaemonSet in `deploy/`, with `hostPID`), the mount
+///   holding `root_dir` here must be in the same shared peer group (`shared:N`) as the host's
+///   mount holding it (`1/mountinfo`): what `mountPropagation: Bidirectional` makes, so an
+///   unmount below it propagates to the host; anything else is a namespace of its own;
+/// * else the root mount of `self/mountinfo` decides: never a slave (`master:N`: a namespace a
+///   service manager linked back to the host, as systemd's `ProtectSystem=`, `PrivateTmp=`, ...
+///   do), and, when systemd is init (`init_is_systemd`: it makes the host's root mount
+///   shared), `shared` (a private one is a namespace of its own, as `unshare -m` makes; without
+///   systemd the host's root may be private too, so that is not told apart).
+///
+/// And `CapEff` of `self/status` must have bit 21. `Err` says why not.
+pub fn can_tear_down(proc: &Path, init_is_systemd: bool, root_dir: &Path) -> Result<(), String> {
     use procfs::process::MountOptFields;
     let ns = |pid: &str| std::fs::read_link(proc.join(pid).join("ns/mnt")).ok();
     match (ns("self"), ns("1")) {
         (Some(me), Some(init)) if me != init => {
-            return Err(format!(
-                "in a mount namespace of its own ({}, the host's is {}): an unmount here would \
-                 not reach the host",
-                me.display(),
-                init.display()
-            ));
+            if let Err(why) = peer_of_host(proc, root_dir) {
+                return Err(format!(
+                    "in a mount namespace of its own ({}, the host's is {}) and {why}: an \
+                     unmount here would not reach the host",
+                    me.display(),
+                    init.display()
+                ));
+            }
         }
         (Some(_), Some(_)) => {}
         _ => {
@@ -605,4 +613,45 @@ pub fn can_tear_down(proc: &Path, init_is_systemd: bool) -> Result<(), String> {
         return Err("no CAP_SYS_ADMIN (umount2 needs it)".into());
     }
     Ok(())
+}
+
+/// Whether the mount holding `root_dir` in this namespace and the host's (`1/mountinfo`) mount
+/// holding it are one shared peer group (peer group IDs are the kernel's, the same in every
+/// namespace). `Err` says what was found instead.
+fn peer_of_host(proc: &Path, root_dir: &Path) -> Result<(), String> {
+    use procfs::process::MountOptFields;
+    let group = |pid: &str| -> Result<Option<u32>, String> {
+        let mi = proc.join(pid).join("mountinfo");
+        let mounts = read_mountinfo(&mi).map_err(|e| format!("{}: {e}", mi.display()))?;
+        // the last mount at the longest mount point that holds root_dir: the one on top
+        let holder = mounts
+            .iter()
+            .filter(|m| root_dir.starts_with(&m.mount_point))
+            .max_by_key(|m| m.mount_point.components().count())
+            .ok_or_else(|| format!("{}: nothing holds {}", mi.display(), root_dir.display()))?;
+        let holder = mounts
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == holder.mount_point)
+            .unwrap_or(holder);
+        Ok(holder.opt_fields.iter().find_map(|f| match f {
+            MountOptFields::Shared(n) => Some(*n),
+            _ => None,
+        }))
+    };
+    match (group("self")?, group("1")?) {
+        (Some(a), Some(b)) if a == b => Ok(()),
+        (Some(a), Some(b)) => Err(format!(
+            "{} is in shared peer group {a} here and {b} on the host",
+            root_dir.display()
+        )),
+        (None, _) => Err(format!(
+            "{} is not a shared mount here (mountPropagation Bidirectional makes it one)",
+            root_dir.display()
+        )),
+        (Some(_), None) => Err(format!(
+            "{} is not a shared mount on the host",
+            root_dir.display()
+        )),
+    }
 }

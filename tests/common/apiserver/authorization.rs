@@ -212,25 +212,42 @@ pub fn authorize(user: &User, a: &Attrs, store: &Store) -> Result<(), Reply> {
     }
 }
 
-/// `SelfSubjectAccessReview`: allowed unless a test denied the verb and resource
-/// ([`super::ApiServer::deny`]). Not among the measured facts: how the real Node authorizer
-/// answers a node's review without a name or field selector was not measured, so nothing here
-/// pretends to know.
+/// `SelfSubjectAccessReview`: a node's review is answered by the Node authorizer's rules above
+/// (as the real server does, measured in `tests/daemonset.rs`: a node's `list`/`watch` pods
+/// review is allowed only with its `spec.nodeName` field selector, a `get` only with the name of
+/// a pod bound to it); the field selector comes from `fieldSelector.rawSelector`. A verb and
+/// resource a test denied ([`super::ApiServer::deny`]) is denied for anyone.
 pub fn access_review(state: &super::store::State, req: &super::http::Req) -> Reply {
     let a = &req.body["spec"]["resourceAttributes"];
-    let verb = a["verb"].as_str().unwrap_or("").to_owned();
-    let mut resource = a["resource"].as_str().unwrap_or("").to_owned();
-    if let Some(sub) = a["subresource"].as_str().filter(|s| !s.is_empty()) {
-        resource = format!("{resource}/{sub}");
-    }
-    let denied = state
-        .lock()
+    let text = |k: &str| a[k].as_str().unwrap_or("").to_owned();
+    let attrs = Attrs {
+        verb: text("verb"),
+        group: text("group"),
+        resource: text("resource"),
+        subresource: text("subresource"),
+        namespace: text("namespace"),
+        name: text("name"),
+        field_selector: a["fieldSelector"]["rawSelector"]
+            .as_str()
+            .map(str::to_owned),
+    };
+    let resource = if attrs.subresource.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}/{}", attrs.resource, attrs.subresource)
+    };
+    let st = state.lock();
+    let denied = st
         .denied
         .iter()
-        .any(|(v, r)| *v == verb && *r == resource);
+        .any(|(v, r)| *v == attrs.verb && *r == resource);
+    let by_node = authorize(&req.user, &attrs, &st).is_err();
+    drop(st);
     let mut out = req.body.clone();
     out["status"] = if denied {
         json!({"allowed": false, "reason": "denied by the test server"})
+    } else if by_node {
+        json!({"allowed": false})
     } else {
         json!({"allowed": true})
     };

@@ -173,6 +173,8 @@ impl Cluster {
             format!("--client-ca-file={}", pki.ca.display()),
             "--authorization-mode=Node,RBAC".into(),
             "--enable-admission-plugins=NodeRestriction".into(),
+            // as kubeadm sets it: the DaemonSet of deploy/ runs privileged
+            "--allow-privileged=true".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
             format!("--service-account-key-file={}", pki.sa_pub.display()),
