@@ -24,9 +24,9 @@ mod common;
 
 use common::k8s::Audit;
 use common::k8s::proxy::Proxy;
-use common::kube_node::{KubeNode, NODE, pod, received_ns, uid};
+use common::kube_node::{KubeNode, NODE, container_id, pod, received_ns, uid};
 use reaplet::api::health::PROBE_PERIOD;
-use reaplet::cri::{ContainerDetail, Runtime};
+use reaplet::cri::Runtime;
 use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -75,37 +75,6 @@ fn lines(writes: &[Audit]) -> Vec<String> {
 
 fn secs(ns: i64) -> f64 {
     ns as f64 / 1e9
-}
-
-/// The runtime's ID of container `app` as the kubelet reported it.
-fn container_id(p: &Value) -> String {
-    p["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .expect("a containerID")
-        .trim_start_matches("containerd://")
-        .to_owned()
-}
-
-/// Container `id`'s status as soon as it has exited (polled every 20 ms: an orphan's
-/// containers may be removed right after), within `limit`.
-async fn wait_exited(n: &KubeNode, id: &str, limit: Duration) -> ContainerDetail {
-    let t0 = Instant::now();
-    loop {
-        let st = n
-            .client
-            .container_status(id)
-            .await
-            .unwrap_or_else(|e| panic!("container {id} gone before it was seen exited: {e}"));
-        if !st.state.may_run() {
-            return st;
-        }
-        assert!(
-            t0.elapsed() < limit,
-            "container {id} still runs after {limit:?}\nreaplet:\n{}",
-            n.reaplet_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Is `a` a list or a watch of pods (reaplet's pod source at work)?
@@ -173,7 +142,7 @@ async fn api_resetting_connections_mid_termination_delays_status_and_delete_only
     let start_ns = reaplet::wall_ns();
     proxy.start_resetting();
     // the hook (1 s), then SIGTERM ends it at once
-    let st = wait_exited(&n, &id, outage).await;
+    let st = n.wait_exited(&id, outage).await;
     assert_eq!(st.exit_code, 0, "{st:?}");
     // the whole outage
     tokio::time::sleep_until((start + outage).into()).await;
@@ -233,7 +202,7 @@ async fn a_pod_recreated_under_the_same_name_is_never_touched_by_the_old_worker(
     let new_uid = uid(&new);
     assert_ne!(new_uid, old_uid);
     // the old pod's kill needs no API: it comes at its grace, during the outage
-    let st = wait_exited(&n, &old_id, Duration::from_secs(3) + SLACK).await;
+    let st = n.wait_exited(&old_id, Duration::from_secs(3) + SLACK).await;
     common::assert_stopped(&st, deleted, 137, 3.0..3.0 + SLACK.as_secs_f64());
     // the kubelet runs the new pod, and is stopped again
     n.kubelet.restart().await;
@@ -326,7 +295,9 @@ async fn a_pod_deleted_for_good_during_an_outage_is_stopped_as_an_orphan_after_i
     common::assert_runs_for(&n.client, &id, rest, what, || n.reaplet_tail(40)).await;
     let end = reaplet::wall_ns();
     proxy.stop_resetting();
-    let st = wait_exited(&n, &id, RECOVERY + Duration::from_secs(2) + SLACK).await;
+    let st = n
+        .wait_exited(&id, RECOVERY + Duration::from_secs(2) + SLACK)
+        .await;
     assert_eq!(st.exit_code, 137, "{st:?}");
     println!(
         "vanished: stopped {:.2} s after the outage ({})",

@@ -11,8 +11,7 @@
 mod common;
 
 use common::k8s::Audit;
-use common::kube_node::{KubeNode, pod, uid};
-use reaplet::cri::Runtime;
+use common::kube_node::{KubeNode, container_id, pod, uid};
 use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -55,24 +54,6 @@ fn lines(writes: &[Audit]) -> Vec<String> {
     writes.iter().map(|a| a.line()).collect()
 }
 
-/// Waits up to `limit` for container `id` to stop; its status.
-async fn wait_stopped(n: &KubeNode, id: &str, limit: Duration) -> reaplet::cri::ContainerDetail {
-    let start = Instant::now();
-    loop {
-        let st = n.client.container_status(id).await.unwrap();
-        if !st.state.may_run() {
-            return st;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "container {id} still runs after {:?}\nreaplet:\n{}",
-            start.elapsed(),
-            n.reaplet_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// reaplet's writes to the pod: one status PATCH with the exit code, then a DELETE with grace
 /// 0 and the pod's UID as precondition.
 #[track_caller]
@@ -94,15 +75,6 @@ fn assert_status_then_delete(n: &KubeNode, name: &str, pod_uid: &str, exit: i64)
         "{:#}",
         w[1].request
     );
-}
-
-/// The runtime's ID of container `app` as the kubelet reported it.
-fn container_id(p: &Value) -> String {
-    p["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .expect("a containerID")
-        .trim_start_matches("containerd://")
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +120,7 @@ async fn a_force_deleted_pod_is_killed_after_the_two_second_floor_and_nothing_is
         "a force delete removes it at once"
     );
     // grace 0 means 1, and StopContainer gets the 2 s floor: SIGKILL at 2 s, not 30
-    let st = wait_stopped(&n, &id, Duration::from_secs(2) + SLACK).await;
+    let st = n.wait_exited(&id, Duration::from_secs(2) + SLACK).await;
     common::assert_stopped(&st, t0, 137, 1.9..12.0);
     let w = n.pod_writes("reaplet/", "forced");
     assert!(
@@ -281,7 +253,9 @@ async fn a_static_pod_whose_manifest_went_while_no_agent_ran_is_an_orphan_in_the
     let dir = n.kubelet.static_pod_path.display().to_string();
     let t0 = reaplet::wall_ns();
     n.start_reaplet(&["--authority", "primary", "--pod-manifest-path", &dir]);
-    let st = wait_stopped(&n, &id, LISTED + Duration::from_secs(2) + SLACK).await;
+    let st = n
+        .wait_exited(&id, LISTED + Duration::from_secs(2) + SLACK)
+        .await;
     common::assert_stopped(&st, t0, 137, 1.9..(LISTED + SLACK).as_secs_f64());
     let w = n.pod_writes("reaplet/", &mirror_name);
     assert!(

@@ -52,6 +52,15 @@ pub fn received_ns(a: &Audit) -> i64 {
     t.as_nanosecond() as i64
 }
 
+/// The runtime's ID of the pod's first container as the kubelet reported it.
+pub fn container_id(p: &Value) -> String {
+    p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .expect("a containerID")
+        .trim_start_matches("containerd://")
+        .to_owned()
+}
+
 pub fn uid(pod: &Value) -> String {
     pod["metadata"]["uid"].as_str().expect("a uid").to_owned()
 }
@@ -209,6 +218,27 @@ impl KubeNode {
         let text = std::fs::read_to_string(&self.reaplet_log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Container `id`'s status as soon as it has exited (polled every 20 ms: an orphan's
+    /// containers may be removed right after), within `limit`.
+    pub async fn wait_exited(&self, id: &str, limit: Duration) -> reaplet::cri::ContainerDetail {
+        let t0 = Instant::now();
+        loop {
+            let st =
+                self.client.container_status(id).await.unwrap_or_else(|e| {
+                    panic!("container {id} gone before it was seen exited: {e}")
+                });
+            if !st.state.may_run() {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "container {id} still runs after {limit:?}\nreaplet:\n{}",
+                self.reaplet_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until reaplet's log says `what` (a constant message), within `limit`.

@@ -216,21 +216,7 @@ async fn drain_ranks_as_the_replicaset_controller_scales_down() {
             running(&c, &format!("{n}-{i}"), ago(900), ago(600), true, 0).await;
         }
     }
-    // the controller manager acts as itself (no service-account credentials here): give it the
-    // ReplicaSet controller's own bootstrap role
-    c.must(
-        "POST",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        Some(
-            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "kcm-replicaset-controller"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                "name": "system:controller:replicaset-controller"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                "name": "system:kube-controller-manager"}]}),
-        ),
-    )
-    .await;
+    c.grant_controller_role("replicaset-controller").await;
     c.start_controller_manager(&["replicaset-controller"]);
     // the controller has synced each when its status says so
     let t0 = Instant::now();

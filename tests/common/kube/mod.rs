@@ -334,6 +334,23 @@ impl Cluster {
             .collect()
     }
 
+    /// Binds the controller manager's own user to a controller's bootstrap ClusterRole
+    /// (`system:controller:<role>`): it acts as itself here, with no service-account credentials.
+    pub async fn grant_controller_role(&self, role: &str) {
+        self.must(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("kcm-{role}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": format!("system:controller:{role}")},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                    "name": "system:kube-controller-manager"}]})),
+        )
+        .await;
+    }
+
     /// The controller manager running only `controllers` (e.g. `["taint-eviction-controller"]`).
     pub fn start_controller_manager(&mut self, controllers: &[&str]) {
         let id = self.pki.client("system:kube-controller-manager", &[]);
