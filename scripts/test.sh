@@ -2,13 +2,15 @@
 # reaplet's whole test suite. Installs what it needs (containerd, runc, busybox-static from
 # Debian's packages; busybox and pause images built locally; the real kube-apiserver, etcd,
 # kubelet, controller manager and scheduler v1.36 built from the Go module proxy by
-# testbed/kube.sh and cached in ~/.cache/reaplet/kube), then: format check, clippy with
-# warnings as errors, unit tests, and the integration tests against real containerd instances
-# (each integration test starts its own private containerd through testbed/testbed.sh), and the
-# VM test (tests/vm: reaplet as a systemd service next to containerd with the systemd cgroup
-# driver, in a Debian guest under qemu; its image is built once and cached in
-# ~/.cache/reaplet/vm). Needs root: the tests run containers, remove cgroups, mount a tmpfs
-# and build the VM's root filesystem.
+# testbed/kube.sh and cached in ~/.cache/reaplet/kube; cargo-deb, cached in
+# ~/.cache/reaplet/tools), builds the Debian package (and a second one, a higher revision, for
+# the VM test's upgrade) and the DaemonSet's image from its release binary, then: format check,
+# clippy with warnings as errors, unit tests, and the integration tests against real containerd
+# instances (each integration test starts its own private containerd through
+# testbed/testbed.sh), and the VM test (tests/vm: reaplet installed from the Debian package as a
+# systemd service next to containerd with the systemd cgroup driver, in a Debian guest under
+# qemu; its image is built once and cached in ~/.cache/reaplet/vm). Needs root: the tests run
+# containers, remove cgroups, mount a tmpfs and build the VM's root filesystem.
 #
 # Every step says what it does and how long it took. A failed set-up step (packages, images)
 # stops the script at once: nothing after it could run. A failed check (fmt, clippy) does not:
@@ -18,16 +20,24 @@
 # output is also in $CARGO_TARGET_DIR/test.log (default target/test.log).
 #
 # The feature test-hooks compiles in the VM test's way to wedge reaplet's main loop (the
-# watchdog scenario), and testbed the test bed and demo machinery; release builds have neither.
+# watchdog scenario), and testbed the test bed and demo machinery; release builds (the package,
+# the DaemonSet's image) have neither.
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
+
+# no incremental compilation: a suite run builds each crate once, and incremental state would
+# double the target dir (about 17 GB of it) for nothing
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 ME=scripts/test.sh
 FEATURES=test-hooks,testbed
 TARGET=${CARGO_TARGET_DIR:-target}
 LOG=$TARGET/test.log
-STEPS=8
+STEPS=10
+# cargo-deb, pinned, installed once outside the repository
+CARGO_DEB_VERSION=3.8.0
+CARGO_DEB_ROOT=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}/tools/cargo-deb
 
 say() { printf '%s: %s\n' "$ME" "$*" >&2; }
 
@@ -77,12 +87,39 @@ setup 4 "Kubernetes components" \
     "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \
     testbed/kube.sh build
 
-step 5 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
+# The Debian package, built with the production features only (cargo deb builds none), and the
+# same package at Debian revision 2 for the VM test's upgrade: $TARGET/debian/reaplet_V-1_amd64.deb
+# and $TARGET/debian/upgrade/reaplet_V-2_amd64.deb, the names tests/vm/host.rs looks for. The
+# upgrade package is made first: every `cargo deb` deletes the other versions of the package
+# lying in $TARGET/debian (not in its subdirectories). --strip: the release profile keeps debug
+# info (about 190 MB), the packaged binary is about 30 MB without it. Leaves the release binary
+# in $TARGET/release/reaplet (the next step's image is made from it).
+package() {
+    local main upgrade
+    if [ "$("$CARGO_DEB_ROOT/bin/cargo-deb" --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]; then
+        say "installing cargo-deb $CARGO_DEB_VERSION in $CARGO_DEB_ROOT (once; cargo install)"
+        cargo install --locked cargo-deb --version "$CARGO_DEB_VERSION" --root "$CARGO_DEB_ROOT" ||
+            return
+    fi
+    mkdir -p "$TARGET/debian/upgrade" || return
+    upgrade=$(PATH=$CARGO_DEB_ROOT/bin:$PATH cargo deb --locked --strip --deb-revision 2 \
+        -o "$TARGET/debian/upgrade/") || return
+    main=$(PATH=$CARGO_DEB_ROOT/bin:$PATH cargo deb --no-build --locked --strip) || return
+    say "package: $main"
+    say "package for the VM test's upgrade: $upgrade"
+}
+setup 5 "package" \
+    "the Debian package, production features (cargo deb; installs cargo-deb $CARGO_DEB_VERSION when missing)" \
+    package
+setup 6 "reaplet image" "the DaemonSet's image from the release binary (testbed/testbed.sh reaplet-image)" \
+    quiet testbed/testbed.sh reaplet-image "$TARGET/release/reaplet"
+
+step 7 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
     cargo fmt --all -- --check || true
-step 6 "clippy" "all targets, features $FEATURES, warnings as errors" \
+step 8 "clippy" "all targets, features $FEATURES, warnings as errors" \
     cargo clippy --all-targets --locked --features "$FEATURES" -- -D warnings || true
 # the production build (no test machinery) must be clean too
-step 7 "clippy (production)" "the binary and library without features, warnings as errors" \
+step 9 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
 
 run_tests() {
@@ -91,7 +128,7 @@ run_tests() {
     RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --all-targets --locked \
         --features "$FEATURES" -- --show-output 2>&1 | tee "$LOG"
 }
-step 8 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
+step 10 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
     run_tests || true
 
 # summarise LOG: which test binaries failed and which of their tests, from cargo's output
@@ -141,7 +178,7 @@ for f in ${failed[@]+"${failed[@]}"}; do
 done
 LOG=$LOG summarise
 if [ ${#failed[@]} = 0 ]; then
-    say "all passed: packages, images, VM image, Kubernetes components, fmt, clippy (twice), every test binary"
+    say "all passed: packages, images, VM image, Kubernetes components, Debian package, reaplet image, fmt, clippy (twice), every test binary"
     exit 0
 fi
 say "full test output: $LOG"

@@ -146,7 +146,7 @@ fn the_unit_file_passes_systemd_analyze_verify() {
             && unit.contains("KillMode=process")
     );
     // verify checks that ExecStart's binary exists: point it at the one just built
-    let unit = unit.replace("/usr/local/bin/reaplet", env!("CARGO_BIN_EXE_reaplet"));
+    let unit = unit.replace("/usr/bin/reaplet", env!("CARGO_BIN_EXE_reaplet"));
     let path = dir.path().join("reaplet.service");
     std::fs::write(&path, unit).unwrap();
     let out = Command::new("systemd-analyze")

@@ -287,7 +287,7 @@ fn the_unit_and_example_config_run_with_the_nodes_own_credentials() {
     let example = std::fs::read_to_string(repo().join("systemd/config.example.yaml")).unwrap();
     let unit = std::fs::read_to_string(repo().join("systemd/reaplet.service")).unwrap();
     assert!(
-        unit.contains("ExecStart=/usr/local/bin/reaplet run --config /etc/reaplet/config.yaml"),
+        unit.contains("ExecStart=/usr/bin/reaplet run --config /etc/reaplet/config.yaml"),
         "{unit}"
     );
     // active, reaplet unmounts the node-local volumes the kubelet left: the service must stay

@@ -146,7 +146,8 @@ fn run(mut c: Command) -> Run {
 // ---------------------------------------------------------------------------------------------
 // scripts/test.sh
 
-/// A fake `cargo` for test.sh: `fmt` fails when FAKE_FMT_FAIL is set; `test` runs four fake test
+/// A fake `cargo` for test.sh: `install` (cargo-deb) does nothing, `deb` prints a package's
+/// path; `fmt` fails when FAKE_FMT_FAIL is set; `test` runs four fake test
 /// binaries; with FAKE_TEST_FAIL, `tests/api.rs` has a failing test and `tests/vm/main.rs`
 /// (a harness-less binary) exits 1 without one. Like cargo, it stops at the first failed binary
 /// unless given `--no-fail-fast`. Its output is cargo's, shortened.
@@ -156,6 +157,8 @@ case $1 in
 fmt)
     if [ -n "${FAKE_FMT_FAIL:-}" ]; then echo "Diff in /repo/src/lib.rs at line 1:"; exit 1; fi ;;
 clippy) ;;
+install) ;;
+deb) echo "$CARGO_TARGET_DIR/debian/reaplet_0.1.0-1_amd64.deb" ;;
 test)
     nff=
     for a in "$@"; do [ "$a" = --no-fail-fast ] && nff=1; done
@@ -222,6 +225,8 @@ exit 0"#,
 fn run_test_sh(sb: &Sandbox, env: &[(&str, &str)]) -> Run {
     let mut c = sb.command(&sb.path("repo/scripts/test.sh"), &[]);
     c.env("CARGO_TARGET_DIR", sb.path("target"));
+    // cargo-deb is looked for (and installed) below it: never the machine's own cache
+    c.env("REAPLET_CACHE_DIR", sb.path("cache"));
     for (k, v) in env {
         c.env(k, v);
     }
@@ -298,10 +303,16 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert!(s.contains("all passed"), "{s}");
     assert!(s.contains("0 of 4 test binaries failed"), "{s}");
     // every step announced itself and said how long it took
-    for n in 1..=8 {
-        assert!(r.stderr.contains(&format!("[{n}/8] ")), "step {n}:\n{r:?}");
+    for n in 1..=10 {
+        assert!(r.stderr.contains(&format!("[{n}/10] ")), "step {n}:\n{r:?}");
     }
-    assert_eq!(r.stderr.matches(": ok (").count(), 8, "{r:?}");
+    assert_eq!(r.stderr.matches(": ok (").count(), 10, "{r:?}");
+    let calls = sb.calls();
+    assert!(
+        calls.contains("cargo install --locked cargo-deb"),
+        "{calls}"
+    );
+    assert!(calls.contains("testbed.sh reaplet-image"), "{calls}");
     assert!(sb.calls().contains("kube.sh build"), "{}", sb.calls());
 }
 

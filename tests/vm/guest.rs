@@ -1,5 +1,6 @@
-//! Guest side: install reaplet as its unit says, then run the scenarios in order. Every
-//! scenario writes one line to `results.jsonl`; a failed scenario does not stop the next.
+//! Guest side: the scenarios in order, the first installing reaplet from its Debian package
+//! (and upgrading and purging it), then the package installed for the rest. Every scenario
+//! writes one line to `results.jsonl`; a failed scenario does not stop the next.
 
 use crate::Outcome;
 use reaplet::cgroups::CgroupDriver;
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "package.rs"]
+mod package;
 #[path = "poweroff.rs"]
 mod poweroff;
 #[path = "rescue.rs"]
@@ -25,6 +28,12 @@ type R<T> = Result<T, String>;
 const SOCKET: &str = "/run/containerd/containerd.sock";
 const MANIFESTS: &str = "/etc/kubernetes/manifests";
 const UNIT: &str = "reaplet";
+/// The packaged binary (the production build: no test hooks).
+const REAPLET: &str = "/usr/bin/reaplet";
+/// The test-hooks build among the inputs (tests/vm/host.rs), for the watchdog scenario alone.
+const TEST_HOOKS: &str = "reaplet-test-hooks";
+/// The watchdog scenario's drop-in that runs [`TEST_HOOKS`] instead of the packaged binary.
+const TEST_HOOKS_DROP_IN: &str = "/etc/systemd/system/reaplet.service.d/test-hooks.conf";
 const STATUS_ADDR: &str = "127.0.0.1:10258";
 /// Slack for a debug build under software emulation, on top of every timing bound.
 const SLACK: f64 = 4.0;
@@ -291,6 +300,19 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     }
 
     let t = Instant::now();
+    let r = package::install_upgrade_purge(&g, &inp).await;
+    g.record("package_install_upgrade_purge", t, r);
+
+    // the rest runs on the upgrade package, installed again after the purge
+    let t = Instant::now();
+    let r = package::install(&inp).await;
+    let ok = r.is_ok();
+    g.record("install", t, r);
+    if !ok {
+        return 1;
+    }
+
+    let t = Instant::now();
     let r = check_passes();
     g.record("check_passes", t, r);
 
@@ -330,7 +352,7 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     g.record("stop_leaves_pods_running", t, r);
 
     let t = Instant::now();
-    let r = watchdog(&g).await;
+    let r = watchdog(&g, &inp).await;
     g.record("watchdog_restarts_hung_loop", t, r);
 
     let t = Instant::now();
@@ -344,29 +366,11 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     if g.failed > 0 { 1 } else { 0 }
 }
 
+/// The node's directories and the test images; reaplet itself comes from its package (the
+/// first scenario).
 async fn setup(g: &Guest, inp: &Path) -> R<String> {
-    let install = |from: &str, to: &str, mode: &str| {
-        sh(
-            "install",
-            &["-D", "-m", mode, &inp.join(from).to_string_lossy(), to],
-        )
-    };
-    install("reaplet", "/usr/local/bin/reaplet", "0755")?;
-    install(
-        "reaplet.service",
-        "/etc/systemd/system/reaplet.service",
-        "0644",
-    )?;
-    install("config.yaml", "/etc/reaplet/config.yaml", "0644")?;
     std::fs::create_dir_all(MANIFESTS).map_err(|e| e.to_string())?;
     std::fs::create_dir_all("/var/lib/kubelet").map_err(|e| e.to_string())?;
-    sh("systemctl", &["daemon-reload"])?;
-    let version = sh("/usr/local/bin/reaplet", &["version"])?;
-    ensure(version.contains("test-hooks"), || {
-        format!(
-            "reaplet was built without the test-hooks feature ({version}); run the suite through scripts/test.sh"
-        )
-    })?;
     let v = wait_for(Duration::from_secs(60), "containerd's CRI", || async {
         g.cri.version().await.ok()
     })
@@ -393,7 +397,7 @@ async fn setup(g: &Guest, inp: &Path) -> R<String> {
         ],
     )?;
     Ok(format!(
-        "{version}; {} {} (CRI {}); containerd SystemdCgroup lines: {driver}; kernel {}",
+        "{} {} (CRI {}); containerd SystemdCgroup lines: {driver}; kernel {}",
         v.runtime_name,
         v.runtime_version,
         v.runtime_api_version,
@@ -402,7 +406,7 @@ async fn setup(g: &Guest, inp: &Path) -> R<String> {
 }
 
 fn check_passes() -> R<String> {
-    let out = Command::new("/usr/local/bin/reaplet")
+    let out = Command::new(REAPLET)
         .args(["check", "--config", "/etc/reaplet/config.yaml"])
         .output()
         .map_err(|e| e.to_string())?;
@@ -655,9 +659,66 @@ async fn stop_leaves_pods_running(g: &Guest) -> R<String> {
     ))
 }
 
+/// Restarts reaplet and waits until its main process runs `exe` (90 s at most).
+async fn restart_into(exe: &Path) -> R<()> {
+    sh("systemctl", &["daemon-reload"])?;
+    sh("systemctl", &["restart", "--no-block", UNIT])?;
+    wait_for(
+        Duration::from_secs(90),
+        "reaplet to run the binary ExecStart names",
+        || async {
+            let pid = show(UNIT, "MainPID");
+            let runs = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            (show(UNIT, "ActiveState") == "active" && runs == exe).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| format!("{e} ({})", exe.display()))
+}
+
 /// A wedged housekeeping loop (test hook: SIGUSR2) stops the WATCHDOG pings; systemd kills
-/// reaplet and restarts it, and a running pod is untouched by both.
-async fn watchdog(g: &Guest) -> R<String> {
+/// reaplet and restarts it, and a running pod is untouched by both. The hook is compiled only
+/// into the test-hooks build, which the package never is: this scenario alone runs that build
+/// (the inputs' [`TEST_HOOKS`]) through a drop-in that overrides `ExecStart=`
+/// ([`TEST_HOOKS_DROP_IN`]); the drop-in is removed afterwards and the packaged binary runs
+/// again for the scenarios after it.
+async fn watchdog(g: &Guest, inp: &Path) -> R<String> {
+    let bin = inp.join(TEST_HOOKS);
+    let version = sh(&bin.to_string_lossy(), &["version"])?;
+    ensure(version.contains("test-hooks"), || {
+        format!(
+            "{TEST_HOOKS} was built without the test-hooks feature ({version}); run the suite through scripts/test.sh"
+        )
+    })?;
+    std::fs::create_dir_all(
+        Path::new(TEST_HOOKS_DROP_IN)
+            .parent()
+            .unwrap_or(Path::new("/")),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(
+        TEST_HOOKS_DROP_IN,
+        format!(
+            "[Service]\nExecStart=\nExecStart={} run --config /etc/reaplet/config.yaml\n",
+            bin.display()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let r = match restart_into(&bin).await {
+        Ok(()) => frozen_loop(g).await,
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_file(TEST_HOOKS_DROP_IN);
+    let back = restart_into(Path::new(REAPLET)).await;
+    let detail = r?;
+    back.map_err(|e| format!("back to the packaged binary: {e}"))?;
+    Ok(format!(
+        "{detail}; {version} through {TEST_HOOKS_DROP_IN}, removed"
+    ))
+}
+
+/// The watchdog scenario proper, with the test-hooks build running.
+async fn frozen_loop(g: &Guest) -> R<String> {
     let (path, p) = g.manifest_pod("bystander").await?;
     let restarts0: u32 = show(UNIT, "NRestarts").parse().unwrap_or(0);
     let pid0 = show(UNIT, "MainPID");

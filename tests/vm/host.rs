@@ -34,6 +34,29 @@ fn script_dir(repo: &Path, script: &str, args: &[&str]) -> Result<PathBuf, Strin
     Ok(PathBuf::from(dir))
 }
 
+/// reaplet's Debian packages, as scripts/test.sh's "package" step leaves them in the target
+/// directory this test was built in ($CARGO_TARGET_DIR, else target/): the first install and the
+/// same package at Debian revision 2, for the upgrade.
+fn packages() -> Result<[PathBuf; 2], String> {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .ok_or("CARGO_TARGET_TMPDIR has no parent")?;
+    let v = env!("CARGO_PKG_VERSION");
+    let debs = [
+        target.join(format!("debian/reaplet_{v}-1_amd64.deb")),
+        target.join(format!("debian/upgrade/reaplet_{v}-2_amd64.deb")),
+    ];
+    for d in &debs {
+        if !d.is_file() {
+            return Err(format!(
+                "no Debian package {}: run scripts/test.sh (it builds the package)",
+                d.display()
+            ));
+        }
+    }
+    Ok(debs)
+}
+
 /// The files one boot uses.
 struct Disks<'a> {
     /// The cached image directory (vmlinuz, initrd.gz, rootfs.img).
@@ -161,6 +184,15 @@ pub fn main(args: &[String]) -> i32 {
         return loud("the VM test needs root (it builds a root filesystem); run it as root");
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let [deb, upgrade_deb] = match packages() {
+        Ok(d) => d,
+        Err(e) => return loud(&e),
+    };
+    println!(
+        "vm: packages {} and {}",
+        deb.display(),
+        upgrade_deb.display()
+    );
     let t0 = Instant::now();
     println!("vm: preparing the image (testbed/vm/image.sh)");
     let image = match script_dir(repo, "testbed/vm/image.sh", &[]) {
@@ -197,10 +229,16 @@ pub fn main(args: &[String]) -> i32 {
         Ok(p) => p,
         Err(e) => return loud(&format!("own path: {e}")),
     };
-    let copies: [(PathBuf, &str); 6] = [
+    // the guest installs reaplet from the packages; the test-hooks build is for the watchdog
+    // scenario alone (the package never has the hooks)
+    let copies: [(PathBuf, &str); 7] = [
         (me, "vm-guest"),
-        (PathBuf::from(env!("CARGO_BIN_EXE_reaplet")), "reaplet"),
-        (repo.join("systemd/reaplet.service"), "reaplet.service"),
+        (deb, "reaplet.deb"),
+        (upgrade_deb, "reaplet-upgrade.deb"),
+        (
+            PathBuf::from(env!("CARGO_BIN_EXE_reaplet")),
+            "reaplet-test-hooks",
+        ),
         (repo.join("testbed/vm/config.yaml"), "config.yaml"),
         (images.join("busybox.tar"), "busybox.tar"),
         (images.join("pause.tar"), "pause.tar"),

@@ -7,11 +7,14 @@
 //! One binary, two roles:
 //! * **host** (what `cargo test` runs, `harness = false`): builds or finds the cached image
 //!   (`testbed/vm/image.sh`) and the test images (`testbed/testbed.sh images`), packs the inputs
-//!   (this binary, the freshly built `reaplet`, the repository's `systemd/reaplet.service` and
-//!   `testbed/vm/config.yaml`, the images) onto a raw disk, boots one VM, reads the results disk
-//!   and reports every scenario individually, with the guest's journals on failure;
+//!   (this binary, reaplet's two Debian packages that scripts/test.sh builds, the test-hooks
+//!   `reaplet` this test was built with, `testbed/vm/config.yaml`, the images) onto a raw disk,
+//!   boots one VM, reads the results disk and reports every scenario individually, with the
+//!   guest's journals on failure;
 //! * **guest** (`vm-guest --guest IN OUT`, started by the guest's runner unit): installs reaplet
-//!   as the unit says, runs the scenarios in order and writes `results.jsonl` into OUT.
+//!   from its package (first scenario: install, upgrade, purge; then installed again), runs the
+//!   scenarios in order and writes `results.jsonl` into OUT. Every scenario runs the packaged
+//!   `/usr/bin/reaplet` but the watchdog's, which needs the test-hooks build.
 //!
 //! Needs root on the host (image build). When qemu cannot run, the test fails loudly.
 
@@ -30,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 /// Every scenario the guest must report; the host fails on any that is missing.
 pub const SCENARIOS: &[&str] = &[
+    "package_install_upgrade_purge",
     "check_passes",
     "ready_only_after_cri",
     "shutdown_off_takes_no_inhibitor",

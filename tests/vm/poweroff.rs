@@ -8,7 +8,7 @@
 //!   server, and the machine must go down (systemd stopping the units, this driver's SIGTERM)
 //!   only after the last group, within logind's delay.
 
-use super::{Guest, R, SLACK, UNIT, ensure, secs, sh, wait_for};
+use super::{Guest, R, REAPLET, SLACK, UNIT, ensure, secs, sh, wait_for};
 use crate::apiserver::ApiServer;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
 use reaplet::wall_ns;
@@ -72,11 +72,8 @@ pub(super) async fn shutdown_off_takes_no_inhibitor() -> R<String> {
         journal.contains("graceful node shutdown not configured"),
         || "reaplet's journal does not say graceful shutdown is off".into(),
     )?;
-    let check = sh(
-        "/usr/local/bin/reaplet",
-        &["check", "--config", "/etc/reaplet/config.yaml"],
-    )
-    .unwrap_or_else(|e| e);
+    let check =
+        sh(REAPLET, &["check", "--config", "/etc/reaplet/config.yaml"]).unwrap_or_else(|e| e);
     let row = check
         .lines()
         .find(|l| l.starts_with("node shutdown"))
@@ -130,7 +127,7 @@ pub(super) async fn poweroff(g: &Guest) -> R<String> {
         .map_err(|e| e.to_string())?;
     std::fs::write(
         DROP_IN,
-        format!("[Service]\nExecStart=\nExecStart=/usr/local/bin/reaplet run --config {CONFIG}\n"),
+        format!("[Service]\nExecStart=\nExecStart={REAPLET} run --config {CONFIG}\n"),
     )
     .map_err(|e| e.to_string())?;
 

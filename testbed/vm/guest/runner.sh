@@ -1,8 +1,8 @@
 #!/bin/bash
 # reaplet VM test runner (guest side). The host attaches two raw disks, found here by their
-# virtio serial: reaplet-in (a tar: the guest driver `vm-guest`, the reaplet binary, its unit
-# and config, the images) and reaplet-out (written here: a tar of the results and the logs,
-# also when something failed).
+# virtio serial: reaplet-in (a tar: the guest driver `vm-guest`, reaplet's two Debian packages,
+# the test-hooks reaplet for the watchdog scenario, the config, the images) and reaplet-out
+# (written here: a tar of the results and the logs, also when something failed).
 set -u
 # The last scenario powers the guest off: systemd then stops this unit, SIGTERM to every process
 # in it. This script and tee ignore it so the results are still collected below; the driver gets
