@@ -314,6 +314,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             std::path::Path::new("/proc"),
             std::path::Path::new("/run/systemd/system").is_dir(),
             &pipeline.root_dir,
+            cfg.own_pod.is_some(),
         )
     {
         tracing::warn!(why = %why,

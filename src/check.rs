@@ -149,6 +149,7 @@ pub async fn run(
             host.proc,
             host.systemd_run.is_dir(),
             &settings.root_dir,
+            crate::self_pod::detect().is_some(),
         ) {
             Ok(()) => line(
                 "volume teardown",
@@ -412,17 +413,24 @@ async fn api_check(cfg: kube::Config, node: &str) -> Line {
     // a node may GET only pods bound to it, so the review names one of this node's pods
     let on_node = format!("spec.nodeName={node}");
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
-    let sample = pods
+    let sample = match pods
         .list(&kube::api::ListParams::default().fields(&on_node).limit(1))
         .await
-        .ok()
-        .and_then(|l| l.items.into_iter().next())
-        .map(|p| {
+    {
+        Ok(l) => l.items.into_iter().next().map(|p| {
             (
                 p.metadata.namespace.unwrap_or_default(),
                 p.metadata.name.unwrap_or_default(),
             )
-        });
+        }),
+        Err(e) => {
+            return line(
+                "kubeconfig",
+                Outcome::Fail,
+                format!("{url}: listing this node's pods ({on_node}): {e}"),
+            );
+        }
+    };
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
     let mut denied = Vec::new();
     let mut unasked = Vec::new();
@@ -470,7 +478,7 @@ async fn api_check(cfg: kube::Config, node: &str) -> Line {
     if denied.is_empty() && !unasked.is_empty() {
         return line(
             "kubeconfig",
-            Outcome::Pass,
+            Outcome::Warn,
             format!(
                 "{url}: permitted to {} of {} needed verbs (node {node}); not asked: {} (no pod \
                  on this node to name)",

@@ -267,7 +267,6 @@ fn reaplet_lines(n: &KubeNode, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_last() {
     let mut n = KubeNode::start("ds").await;
-    let _shared = SharedMount::new(&n.kubelet.root_dir);
     import_image(&n);
     n.cluster
         .grant_controller_role("daemon-set-controller")
@@ -501,37 +500,6 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
         "{}",
         n.reaplet_tail(40)
     );
-}
-
-/// The kubelet's root dir as a shared mount, which it is on a real node (systemd makes every
-/// mount shared; this machine's root mount is private): the kubelet allows `mountPropagation:
-/// Bidirectional` only from a shared mount. Unmounted when dropped.
-struct SharedMount(PathBuf);
-
-impl SharedMount {
-    fn new(dir: &Path) -> SharedMount {
-        for args in [
-            vec![
-                "--bind".into(),
-                dir.display().to_string(),
-                dir.display().to_string(),
-            ],
-            vec!["--make-rshared".into(), dir.display().to_string()],
-        ] {
-            let st = std::process::Command::new("mount").args(&args).status();
-            assert!(matches!(st, Ok(s) if s.success()), "mount {args:?}: {st:?}");
-        }
-        SharedMount(dir.to_owned())
-    }
-}
-
-impl Drop for SharedMount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 /// A GET on reaplet's metrics listener on the host's loopback: "<code> <body>".

@@ -537,4 +537,10 @@ impl StatusSink for StatusManager {
         }
         self.inner.notify.notify_one();
     }
+
+    fn withdraw(&self, uid: &PodUid) {
+        if self.entries().remove(uid).is_some() {
+            tracing::info!(podUID = %uid, "status and delete withdrawn: no longer reaplet's to send");
+        }
+    }
 }

@@ -70,7 +70,8 @@
 //! over the sidecars alone), and the last init container's exit 0 as proof of initialization.
 //!
 //! Invariants (reference §5):
-//! * a terminal phase is computed only once every container has stopped;
+//! * a terminal phase is computed only once every container has stopped (one exception:
+//!   reaplet's own pod, whose status is written before it stops itself: `workers::own_pod`);
 //! * static pods, orphans and pods whose object is gone get no terminal status; the patch
 //!   always carries `metadata.uid`.
 

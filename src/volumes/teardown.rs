@@ -545,7 +545,9 @@ fn first_unsafe(target: &Path, file_leaf: bool) -> Option<PathBuf> {
 /// propagate never reaches it, and a later rmdir there detaches the host's mount for good), and
 /// it must hold `CAP_SYS_ADMIN`. Read from `proc` (`/proc`; a fixture in tests):
 /// * where `self/ns/mnt` and `1/ns/mnt` are both readable (root may not read init's: ptrace
-///   rules) and the same, this is the host's namespace;
+///   rules) and the same, this is the host's namespace, unless this process runs in a pod
+///   (`in_pod`): a container always has a mount namespace of its own, so there PID 1 is the
+///   pod's own (no `hostPID`) and nothing about the host can be told;
 /// * where they differ (a container: the DaemonSet in `deploy/`, with `hostPID`), the mount
 ///   holding `root_dir` here must be in the same shared peer group (`shared:N`) as the host's
 ///   mount holding it (`1/mountinfo`): what `mountPropagation: Bidirectional` makes, so an
@@ -557,7 +559,12 @@ fn first_unsafe(target: &Path, file_leaf: bool) -> Option<PathBuf> {
 ///   systemd the host's root may be private too, so that is not told apart).
 ///
 /// And `CapEff` of `self/status` must have bit 21. `Err` says why not.
-pub fn can_tear_down(proc: &Path, init_is_systemd: bool, root_dir: &Path) -> Result<(), String> {
+pub fn can_tear_down(
+    proc: &Path,
+    init_is_systemd: bool,
+    root_dir: &Path,
+    in_pod: bool,
+) -> Result<(), String> {
     use procfs::process::MountOptFields;
     let ns = |pid: &str| std::fs::read_link(proc.join(pid).join("ns/mnt")).ok();
     match (ns("self"), ns("1")) {
@@ -570,6 +577,13 @@ pub fn can_tear_down(proc: &Path, init_is_systemd: bool, root_dir: &Path) -> Res
                     init.display()
                 ));
             }
+        }
+        (Some(_), Some(_)) if in_pod => {
+            return Err(
+                "in a pod whose PID 1 shares its mount namespace (no hostPID): the host's mounts \
+                 cannot be told apart from the pod's"
+                    .into(),
+            );
         }
         (Some(_), Some(_)) => {}
         _ => {

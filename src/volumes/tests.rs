@@ -607,25 +607,25 @@ fn teardown_needs_the_hosts_mount_namespace_and_cap_sys_admin() {
     // systemd's ProtectSystem=: the namespace's root mount is a slave of the host's
     let service = "300 250 254:0 / / ro,relatime shared:170 master:1 - ext4 /dev/vda rw\n";
     write(host, "000001ffffffffff");
-    assert_eq!(can_tear_down(proc.path(), true, root), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true, root, false), Ok(()));
     write(service, "000001ffffffffff");
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("mount namespace of its own"), "{e}");
     // the unit's old bounding set: CAP_KILL CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER
     write(host, "0000000000000026");
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("CAP_SYS_ADMIN"), "{e}");
     write(host, "0000000000200026");
-    assert_eq!(can_tear_down(proc.path(), true, root), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true, root, false), Ok(()));
     // `unshare -m`: a private root mount (neither shared nor a slave)
     write(
         "400 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n",
         "000001ffffffffff",
     );
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("private"), "{e}");
     // without systemd as init the host's own root may be private: not told apart
-    assert_eq!(can_tear_down(proc.path(), false, root), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), false, root, false), Ok(()));
     // where both namespace links read, they decide
     std::fs::create_dir_all(proc.path().join("self/ns")).unwrap();
     std::fs::create_dir_all(proc.path().join("1/ns")).unwrap();
@@ -635,12 +635,12 @@ fn teardown_needs_the_hosts_mount_namespace_and_cap_sys_admin() {
     // a namespace whose root is one peer group with the host's (`unshare -m --propagation
     // shared`): unmounts propagate
     write(host, "000001ffffffffff");
-    assert_eq!(can_tear_down(proc.path(), true, root), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true, root, false), Ok(()));
     write(
         "400 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n",
         "000001ffffffffff",
     );
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("mnt:[4026531841]"), "{e}");
     assert!(
         e.contains("/var/lib/kubelet is not a shared mount here"),
@@ -653,22 +653,30 @@ fn teardown_needs_the_hosts_mount_namespace_and_cap_sys_admin() {
     let bidirectional = "500 400 0:99 / / rw - overlay overlay rw\n\
                          510 500 254:0 /var/lib/kubelet /var/lib/kubelet rw shared:40 - ext4 /dev/vda rw\n";
     write(bidirectional, "000001ffffffffff");
-    assert_eq!(can_tear_down(proc.path(), true, root), Ok(()));
+    assert_eq!(can_tear_down(proc.path(), true, root, false), Ok(()));
     // HostToContainer: a slave of the host's, unmounts never go back
     let slave = "500 400 0:99 / / rw - overlay overlay rw\n\
                  510 500 254:0 /var/lib/kubelet /var/lib/kubelet rw master:40 - ext4 /dev/vda rw\n";
     write(slave, "000001ffffffffff");
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("not a shared mount here"), "{e}");
     // shared, but with another group (a shared mount of the container's own making)
     let other = "500 400 0:99 / / rw - overlay overlay rw\n\
                  510 500 254:0 /var/lib/kubelet /var/lib/kubelet rw shared:77 - ext4 /dev/vda rw\n";
     write(other, "000001ffffffffff");
-    let e = can_tear_down(proc.path(), true, root).unwrap_err();
+    let e = can_tear_down(proc.path(), true, root, false).unwrap_err();
     assert!(e.contains("peer group 77 here and 40 on the host"), "{e}");
+    // one namespace for this process and PID 1: the host's, unless this runs in a pod (no
+    // hostPID: PID 1 is the pod's own)
+    std::fs::remove_file(proc.path().join("1/ns/mnt")).unwrap();
+    std::os::unix::fs::symlink("mnt:[4026531841]", proc.path().join("1/ns/mnt")).unwrap();
+    write(host, "000001ffffffffff");
+    assert_eq!(can_tear_down(proc.path(), true, root, false), Ok(()));
+    let e = can_tear_down(proc.path(), true, root, true).unwrap_err();
+    assert!(e.contains("no hostPID"), "{e}");
     // unreadable: an error, never a panic
     std::fs::remove_file(proc.path().join("self/status")).unwrap();
-    assert!(can_tear_down(proc.path(), true, root).is_err());
+    assert!(can_tear_down(proc.path(), true, root, false).is_err());
 }
 
 #[tokio::test(start_paused = true)]

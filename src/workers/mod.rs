@@ -193,6 +193,11 @@ pub trait StatusSink: Send + Sync + 'static {
     fn pod_terminated(&self, pod: &PodInfo, reason: Option<&KillReason>, finals: &[ContainerFinal]);
     /// Cleanup (volumes, cgroup) finished: nothing of the pod is left on the node.
     fn pod_finished(&self, pod: &PodInfo);
+    /// Whatever is still to be sent for the pod is no longer reaplet's to send (its own pod,
+    /// which a kubelet holds again: [`own_pod`]). A request already in flight completes.
+    fn withdraw(&self, uid: &PodUid) {
+        let _ = uid;
+    }
 }
 
 /// A failed cleanup stage (retried with backoff by the worker).

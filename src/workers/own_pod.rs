@@ -12,18 +12,26 @@
 //! * its API deletion while a kubelet holds the node (standby, passive) is the kubelet's to
 //!   carry out: reaplet does nothing;
 //! * its API deletion while reaplet is active (the kubelet dead, or primary) ends it **last**
-//!   and **status first**: once no other worker is still stopping a pod (and the others'
-//!   cleanups finished, or ran for [`super::PipelineConfig::volume_wait`]), the terminal
-//!   status is handed to the status manager, which writes it and deletes the object (with its
-//!   UID precondition); only once the object is gone (the watch's `DELETED`) are its sandboxes
-//!   stopped, which stops every container in them, reaplet among them. A force delete (the
-//!   object gone at once) skips the status. Nothing is stopped while the agent is passive, and
-//!   the task starts over if a kubelet takes the node back meanwhile.
+//!   and **status first**. Last: once no worker is stopping another pod, the set of workers has
+//!   not changed for [`SETTLE`] (deletions seen in the same batch, a relist's removals or a
+//!   Node's pods force-deleted one by one, get their workers first), and the other pods'
+//!   cleanups finished or ran for [`super::PipelineConfig::volume_wait`]. Pods nobody asked to
+//!   end keep running. Status first: the terminal status is handed to the status manager,
+//!   which writes it and deletes the object (with its UID precondition); only once the object
+//!   is gone (the watch's `DELETED`) are its sandboxes stopped, not-ready ones first and the
+//!   ready one (reaplet's own) last. A force delete (the object gone at once) skips the status;
+//!   every condition is read again right before the sandboxes are stopped;
+//! * whenever a kubelet holds the node again, nothing is stopped, and a status handed over and
+//!   not yet sent is withdrawn ([`super::StatusSink::withdraw`]): the kubelet ends the pod its
+//!   own way; the task starts over if reaplet becomes active again.
 //!
 //! The status is written before the containers stop, so their final states cannot be known:
 //! it carries what the kubelet writes for a container it could not observe at the end
-//! (`ContainerStatusUnknown`, exit code 137; the phase `Failed`). Volumes and the pod cgroup
-//! are left: whoever runs next (the kubelet, or a new reaplet) sweeps them as an orphan's.
+//! (`ContainerStatusUnknown`, exit code 137; the phase `Failed`). Stopping the sandbox that
+//! holds reaplet kills reaplet within the call: whether the runtime then also stops that
+//! sandbox's pause container is the runtime's (containerd may give up when its caller is gone).
+//! What is left (the pause container, volumes, the pod cgroup) is swept by whoever runs next
+//! (the kubelet, or a new reaplet: an orphan).
 
 use super::PodWorkers;
 use crate::cri::Runtime;
@@ -32,9 +40,14 @@ use crate::pod::PodInfo;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How often the ending task looks again when nothing woke it (the authority, the other
-/// pods' workers, the API watch all wake it; this bounds a missed wake).
+/// How often the ending task looks again (a new deletion wakes it at once; the other pods'
+/// workers do not, so this bounds how late it notices them done).
 const RECHECK: Duration = Duration::from_secs(1);
+
+/// How long the set of workers must stay the same, with none of them stopping a pod, before
+/// the own pod is ended: deletions the sources deliver together (a relist's removals, a Node's
+/// pods force-deleted one by one) all get their workers first.
+pub const SETTLE: Duration = Duration::from_secs(5);
 
 /// What is known of the own pod's end, kept in the registry.
 #[derive(Debug, Default)]
@@ -47,13 +60,13 @@ pub(super) struct OwnEnd {
     pub(super) started: bool,
 }
 
-/// Where the ending stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Waiting for the agent to be active and the other pods to be stopped.
-    Waiting,
-    /// The status was handed to the status manager: waiting for the object to go.
-    StatusHanded,
+/// The ending task's own state between looks.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The status was handed to the status manager (and not withdrawn since).
+    status_handed: bool,
+    /// Since when nothing held the ending back, and how many workers there were then.
+    quiet_since: Option<(Instant, usize)>,
 }
 
 /// Why the ending task does not act yet (each logged once per change).
@@ -61,6 +74,7 @@ enum Stage {
 enum Holding {
     Passive,
     OtherPods(usize),
+    Settling,
     ObjectPresent,
 }
 
@@ -79,7 +93,7 @@ impl<R: Runtime> PodWorkers<R> {
         if !std::mem::replace(&mut reg.own_end.started, true) {
             let uid = self.inner.config.own_pod.clone();
             tracing::warn!(podUID = ?uid.as_ref().map(|u| u.to_string()),
-                "reaplet's own pod was deleted; it is ended last, once every other pod is stopped, if no kubelet holds the node");
+                "reaplet's own pod was deleted; it is ended last, after the pods being stopped, if no kubelet holds the node");
             let this = self.clone();
             self.inner
                 .tracker
@@ -94,18 +108,19 @@ impl<R: Runtime> PodWorkers<R> {
         let Some(uid) = self.inner.config.own_pod.clone() else {
             return;
         };
-        let mut stage = Stage::Waiting;
+        let mut progress = Progress::default();
         let mut holding: Option<Holding> = None;
-        let mut ready_since: Option<Instant> = None;
+        let mut list_failed = false;
         let mut authority = self.inner.authority.changes();
         loop {
-            let hold = self.own_end_hold(&mut stage, &mut ready_since);
+            let hold = self.own_end_hold(&mut progress);
             if hold != holding {
                 match hold {
                     Some(Holding::Passive) => tracing::info!(podUID = %uid,
                         "reaplet's own pod: a kubelet holds the node; its deletion is the kubelet's"),
                     Some(Holding::OtherPods(n)) => tracing::info!(podUID = %uid, pods = n,
-                        "reaplet's own pod: waiting for the node's other pods to stop first"),
+                        "reaplet's own pod: waiting for the pods being stopped to stop first"),
+                    Some(Holding::Settling) => {}
                     Some(Holding::ObjectPresent) => tracing::info!(podUID = %uid,
                         "reaplet's own pod: terminal status handed over; waiting for the object to go"),
                     None => {}
@@ -113,7 +128,22 @@ impl<R: Runtime> PodWorkers<R> {
                 holding = hold;
             }
             if hold.is_none() {
-                break;
+                match self.inner.runtime.list_sandboxes(Some(uid.as_str())).await {
+                    // read again after the await: a deletion or a kubelet may have come meanwhile
+                    Ok(sandboxes) if self.own_end_hold(&mut progress).is_none() => {
+                        if self.inner.authority.check(&uid, "own pod").is_ok() {
+                            self.stop_own_sandboxes(&uid, sandboxes).await;
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        if !std::mem::replace(&mut list_failed, true) {
+                            tracing::warn!(err = %e, podUID = %uid,
+                                "reaplet's own pod: listing its sandboxes failed; will retry");
+                        }
+                    }
+                }
             }
             tokio::select! {
                 _ = self.inner.cancel.cancelled() => return,
@@ -122,54 +152,48 @@ impl<R: Runtime> PodWorkers<R> {
                 _ = tokio::time::sleep(RECHECK) => {}
             }
         }
-        if let Err(e) = self.inner.authority.check(&uid, "own pod") {
-            tracing::info!(err = %e, "reaplet's own pod: not stopped");
-            return;
-        }
-        let sandboxes = match self.inner.runtime.list_sandboxes(Some(uid.as_str())).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(err = %e, podUID = %uid,
-                    "reaplet's own pod: listing its sandboxes failed; left to whoever runs next");
-                return;
-            }
-        };
-        let ids: Vec<String> = sandboxes
-            .into_iter()
-            .filter(|s| s.pod_uid == uid.as_str())
-            .map(|s| s.id)
-            .collect();
-        tracing::warn!(podUID = %uid, sandboxes = ids.len(),
+    }
+
+    /// Stops the own pod's sandboxes, the not-ready ones first: the ready one holds this
+    /// process, which the call kills.
+    async fn stop_own_sandboxes(
+        &self,
+        uid: &crate::pod::PodUid,
+        mut sandboxes: Vec<crate::cri::RuntimeSandbox>,
+    ) {
+        sandboxes.sort_by_key(|s| s.ready);
+        tracing::warn!(podUID = %uid, sandboxes = sandboxes.len(),
             "reaplet's own pod: status written and object gone; stopping its sandboxes (this ends reaplet)");
-        for id in ids {
-            // usually the last thing this process does: the runtime stops every container of
-            // the sandbox, this one among them
-            if let Err(e) = self.inner.runtime.stop_pod_sandbox(&id).await
+        for sb in sandboxes {
+            if let Err(e) = self.inner.runtime.stop_pod_sandbox(&sb.id).await
                 && !e.is_not_found()
             {
-                tracing::error!(err = %e, podUID = %uid, sandbox = %id,
+                tracing::error!(err = %e, podUID = %uid, sandbox = %sb.id,
                     "reaplet's own pod: stopping a sandbox failed");
             }
         }
     }
 
     /// What the ending still waits for (`None`: stop the sandboxes now). Hands the status over
-    /// when the time has come (under the registry lock; the status manager never blocks).
-    fn own_end_hold(
-        &self,
-        stage: &mut Stage,
-        ready_since: &mut Option<Instant>,
-    ) -> Option<Holding> {
+    /// when the time has come, and withdraws it when a kubelet holds the node again (under the
+    /// registry lock; the status manager never blocks).
+    fn own_end_hold(&self, progress: &mut Progress) -> Option<Holding> {
         let reg = self.registry();
+        let own = self.inner.config.own_pod.as_ref()?;
+        let sink = self.inner.status.get();
         if !self.inner.authority.is_active() {
-            *ready_since = None;
+            progress.quiet_since = None;
+            if std::mem::take(&mut progress.status_handed)
+                && let Some(sink) = sink
+            {
+                sink.withdraw(own);
+            }
             return Some(Holding::Passive);
         }
-        let own = self.inner.config.own_pod.as_ref();
         let phases: Vec<PodPhase> = reg
             .workers
             .iter()
-            .filter(|(u, _)| Some(*u) != own)
+            .filter(|(u, _)| *u != own)
             .map(|(_, w)| w.phase())
             .collect();
         let stopping = phases
@@ -181,22 +205,32 @@ impl<R: Runtime> PodWorkers<R> {
             .filter(|p| matches!(p, PodPhase::Terminated))
             .count();
         if stopping > 0 {
-            *ready_since = None;
+            progress.quiet_since = None;
             return Some(Holding::OtherPods(stopping));
         }
-        let since = *ready_since.get_or_insert_with(Instant::now);
-        if cleaning > 0 && since.elapsed() < self.inner.config.volume_wait {
+        let now = Instant::now();
+        let since = match progress.quiet_since {
+            Some((since, workers)) if workers == reg.workers.len() => since,
+            _ => {
+                progress.quiet_since = Some((now, reg.workers.len()));
+                now
+            }
+        };
+        if now.duration_since(since) < SETTLE {
+            return Some(Holding::Settling);
+        }
+        if cleaning > 0 && now.duration_since(since) < self.inner.config.volume_wait {
             return Some(Holding::OtherPods(cleaning));
         }
         if reg.own_end.gone {
             return None;
         }
-        if *stage == Stage::Waiting
-            && let (Some(pod), Some(sink)) = (&reg.own_end.deleted, self.inner.status.get())
+        if !progress.status_handed
+            && let (Some(pod), Some(sink)) = (&reg.own_end.deleted, sink)
         {
             sink.pod_terminated(pod, Some(&KillReason::Deleted), &[]);
             sink.pod_finished(pod);
-            *stage = Stage::StatusHanded;
+            progress.status_handed = true;
         }
         Some(Holding::ObjectPresent)
     }

@@ -45,6 +45,12 @@ impl StatusSink for Recorder {
             Instant::now(),
         ));
     }
+    fn withdraw(&self, uid: &PodUid) {
+        self.told
+            .lock()
+            .unwrap()
+            .push(("withdrawn".into(), uid.clone(), None, 0, Instant::now()));
+    }
 }
 
 impl Recorder {
@@ -74,7 +80,7 @@ fn sandbox_stops(calls: &[Call], id: &str) -> Vec<Instant> {
 /// the own pod is not. Its API deletion and an explicit eviction kill, with the kubelet holding
 /// the node, then stop nothing over a further 10 s: the deletion is the kubelet's.
 #[tokio::test(start_paused = true)]
-async fn reapets_own_pod_is_never_an_orphan_and_never_stopped_beside_a_kubelet() {
+async fn reaplets_own_pod_is_never_an_orphan_and_never_stopped_beside_a_kubelet() {
     let own = PodUid::parse("own").unwrap();
     let r = rig_with(|c| c.own_pod = Some(own.clone()));
     r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
@@ -107,12 +113,12 @@ async fn reapets_own_pod_is_never_an_orphan_and_never_stopped_beside_a_kubelet()
 }
 
 /// With the kubelet dead (reaplet active): the own pod and a TERM-ignoring grace-10 pod are
-/// deleted at once. The own pod's status goes to the status manager only once the other pod
-/// is stopped (its SIGKILL at t0+10 s); nothing of the own pod stops while its object is still
-/// there (a 10 s window), nor while a kubelet holds the node again (another 10 s with the
-/// object gone); once reaplet is active with the object gone, its sandbox is stopped (that
-/// stops its containers, reaplet among them), and no container of it is stopped on its own.
-/// An eviction kill for it is dropped throughout.
+/// deleted at once. The own pod's status goes to the status manager only once the other pod is
+/// stopped (its SIGKILL at t0+10 s) and the workers settled; nothing of the own pod stops while
+/// its object is still there (a 10 s window). A kubelet holds the node again: the status is
+/// withdrawn, and with the object gone nothing stops for 10 s; once reaplet is active again
+/// (and settled), its sandbox is stopped (that stops its containers, reaplet among them), and
+/// no container of it is stopped on its own. An eviction kill for it is dropped throughout.
 #[tokio::test(start_paused = true)]
 async fn reaplets_own_deleted_pod_is_ended_last_and_status_first() {
     let own = PodUid::parse("own").unwrap();
@@ -144,8 +150,8 @@ async fn reaplets_own_deleted_pod_is_ended_last_and_status_first() {
     assert_eq!(told[0].2, 0, "no container's final state is known yet");
     assert_eq!(told[1].0, "finished");
     assert!(
-        told[0].3 >= other_killed,
-        "the own pod's status came before the other pod stopped: {told:?}"
+        told[0].3 >= other_killed + super::own_pod::SETTLE,
+        "the own pod's status came before the other pod stopped and the workers settled: {told:?}"
     );
     // what the status manager writes from that: the kubelet's answer for a container it
     // could not observe at the end
@@ -156,23 +162,64 @@ async fn reaplets_own_deleted_pod_is_ended_last_and_status_first() {
     let calls = r.rt.calls();
     assert!(sandbox_stops(&calls, "sb-own").is_empty(), "{calls:?}");
     assert!(r.rt.stops_of("own-app").is_empty(), "{calls:?}");
-    // a kubelet is back when the object goes: its deletion is the kubelet's
+    // a kubelet is back: the status is withdrawn, and the object going stops nothing
     r.authority.set_active(false);
     r.workers.remove(&own, None);
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let told = rec.of("own");
+    assert_eq!(told.len(), 3, "{told:?}");
+    assert_eq!(told[2].0, "withdrawn");
     let calls = r.rt.calls();
     assert!(sandbox_stops(&calls, "sb-own").is_empty(), "{calls:?}");
-    // and gone again: reaplet ends its own pod
+    // and gone again: reaplet ends its own pod, once settled
     let active = Instant::now();
     r.authority.set_active(true);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(super::own_pod::SETTLE + Duration::from_secs(2)).await;
     let calls = r.rt.calls();
     let stops = sandbox_stops(&calls, "sb-own");
     assert_eq!(stops.len(), 1, "{calls:?}");
-    assert!(stops[0] - active <= Duration::from_secs(1), "{stops:?}");
+    let after = stops[0] - active;
+    assert!(
+        after >= super::own_pod::SETTLE && after <= super::own_pod::SETTLE + Duration::from_secs(1),
+        "{after:?}"
+    );
     assert!(
         r.rt.stops_of("own-app").is_empty(),
         "no container of its own is stopped on its own: {calls:?}"
     );
     assert_eq!(r.rt.exit_code("own-app"), Some(137));
+    assert_eq!(rec.of("own").len(), 3, "no status after the object went");
+}
+
+/// A force delete of the own pod (its object gone at once, no status to write) arrives just
+/// before another pod's deletion, as a relist's removals or a Node's pods force-deleted one by
+/// one do. The other pod still gets its worker and its whole grace (a TERM-ignoring grace 10):
+/// the own sandbox is stopped only after that pod's SIGKILL and the workers settled.
+#[tokio::test(start_paused = true)]
+async fn a_force_deleted_own_pod_still_waits_for_deletions_of_the_same_batch() {
+    let own = PodUid::parse("own").unwrap();
+    let r = rig_with(|c| c.own_pod = Some(own.clone()));
+    let rec = Arc::new(Recorder::default());
+    r.workers.set_status_sink(rec.clone());
+    r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
+    r.rt.add_pod("other", &[("app", Behaviour::IgnoreTerm)]);
+    let other = api_pod("other", 10);
+    desire(&r.workers, &[api_pod("own", 30), other.clone()]);
+    let t0 = Instant::now();
+    r.workers.remove(&own, Some(1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    r.workers.upsert(deleted(&other, 10));
+    until(&r.workers, "other", PodPhase::Finished).await;
+    tokio::time::sleep(super::own_pod::SETTLE + Duration::from_secs(2)).await;
+    let calls = r.rt.calls();
+    let stops = sandbox_stops(&calls, "sb-own");
+    assert_eq!(stops.len(), 1, "{calls:?}");
+    let other_killed = t0 + Duration::from_secs(12);
+    assert!(
+        stops[0] >= other_killed + super::own_pod::SETTLE,
+        "the own sandbox was stopped {:?} after t0, before the other pod's end and the settling",
+        stops[0] - t0
+    );
+    assert_eq!(r.rt.exit_code("other-app"), Some(137));
+    assert!(rec.of("own").is_empty(), "a status for a force-deleted pod");
 }
