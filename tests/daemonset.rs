@@ -454,14 +454,17 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
             None,
         )
         .await;
-    let last_id = container_id(&last);
+    // `last` first: once it is ended and its object gone, reaplet may remove its containers
+    // (a finished orphan's sandbox) while it waits for its own workers to settle
+    let other = n
+        .wait_exited(&container_id(&last), Duration::from_secs(5) + SLACK)
+        .await;
     let mine = n
         .wait_exited(
             &my_container,
             Duration::from_secs(5) + SLACK + Duration::from_secs(30),
         )
         .await;
-    let other = n.client.container_status(&last_id).await.unwrap();
     let own_writes: Vec<Audit> = n
         .reaplet_writes()
         .into_iter()

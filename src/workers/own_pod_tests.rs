@@ -75,6 +75,21 @@ fn sandbox_stops(calls: &[Call], id: &str) -> Vec<Instant> {
         .collect()
 }
 
+/// reaplet active, its own pod (`own`, grace 30) and another (`other`, grace 10), both
+/// TERM-ignoring, running and desired; the status manager a [`Recorder`].
+fn own_and_other() -> (super::tests::Rig, PodUid, Arc<Recorder>, PodInfo, PodInfo) {
+    let own = PodUid::parse("own").unwrap();
+    let r = rig_with(|c| c.own_pod = Some(own.clone()));
+    let rec = Arc::new(Recorder::default());
+    r.workers.set_status_sink(rec.clone());
+    r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
+    r.rt.add_pod("other", &[("app", Behaviour::IgnoreTerm)]);
+    let me = api_pod("own", 30);
+    let other = api_pod("other", 10);
+    desire(&r.workers, &[me.clone(), other.clone()]);
+    (r, own, rec, me, other)
+}
+
 /// Beside a live kubelet (standby, passive): the own pod and a real orphan sit in the
 /// runtime, unknown to every source. Over 10 s of relists (active) the orphan is stopped and
 /// the own pod is not. Its API deletion and an explicit eviction kill, with the kubelet holding
@@ -121,15 +136,7 @@ async fn reaplets_own_pod_is_never_an_orphan_and_never_stopped_beside_a_kubelet(
 /// no container of it is stopped on its own. An eviction kill for it is dropped throughout.
 #[tokio::test(start_paused = true)]
 async fn reaplets_own_deleted_pod_is_ended_last_and_status_first() {
-    let own = PodUid::parse("own").unwrap();
-    let r = rig_with(|c| c.own_pod = Some(own.clone()));
-    let rec = Arc::new(Recorder::default());
-    r.workers.set_status_sink(rec.clone());
-    r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
-    r.rt.add_pod("other", &[("app", Behaviour::IgnoreTerm)]);
-    let me = api_pod("own", 30);
-    let other = api_pod("other", 10);
-    desire(&r.workers, &[me.clone(), other.clone()]);
+    let (r, own, rec, me, other) = own_and_other();
     let t0 = Instant::now();
     r.workers.upsert(deleted(&me, 30));
     r.workers.upsert(deleted(&other, 10));
@@ -197,14 +204,7 @@ async fn reaplets_own_deleted_pod_is_ended_last_and_status_first() {
 /// the own sandbox is stopped only after that pod's SIGKILL and the workers settled.
 #[tokio::test(start_paused = true)]
 async fn a_force_deleted_own_pod_still_waits_for_deletions_of_the_same_batch() {
-    let own = PodUid::parse("own").unwrap();
-    let r = rig_with(|c| c.own_pod = Some(own.clone()));
-    let rec = Arc::new(Recorder::default());
-    r.workers.set_status_sink(rec.clone());
-    r.rt.add_pod("own", &[("app", Behaviour::IgnoreTerm)]);
-    r.rt.add_pod("other", &[("app", Behaviour::IgnoreTerm)]);
-    let other = api_pod("other", 10);
-    desire(&r.workers, &[api_pod("own", 30), other.clone()]);
+    let (r, own, rec, _, other) = own_and_other();
     let t0 = Instant::now();
     r.workers.remove(&own, Some(1));
     tokio::time::sleep(Duration::from_secs(2)).await;
