@@ -442,6 +442,21 @@ async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
     h.stop_agent().await;
 }
 
+/// The pod `low` (priority 1, 3 cores requested) running, and the agent in sync with it.
+async fn launch_low(api: &ApiServer, h: &ApiHarness) {
+    launch(
+        api,
+        h,
+        &Spec {
+            priority: 1,
+            cpu: "3",
+            ..spec("low")
+        },
+    )
+    .await;
+    wait_in_sync(api).await;
+}
+
 /// Issue 29, items 4–6: what the room is for. A manifest's priorityClassName is resolved from
 /// the API (named class, else the global default, else 0) and the plan says which; --priority
 /// overrides it; a class that does not exist or a spec.priority that disagrees is refused as
@@ -450,17 +465,7 @@ async fn make_room_stops_at_a_victim_whose_budget_refuses_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_room_resolves_the_pods_priority_and_answers_every_outcome_in_json() {
     let (mut h, api, kc) = bed("makeroomjson").await;
-    launch(
-        &api,
-        &h,
-        &Spec {
-            priority: 1,
-            cpu: "3",
-            ..spec("low")
-        },
-    )
-    .await;
-    wait_in_sync(&api).await;
+    launch_low(&api, &h).await;
     api.add_priority_class(
         json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
         "metadata": {"name": "urgent"}, "value": 50}),
@@ -633,17 +638,7 @@ async fn make_room_resolves_the_pods_priority_and_answers_every_outcome_in_json(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_room_counts_a_terminating_pods_requests_until_it_is_gone() {
     let (mut h, api, kc) = bed("makeroomleaving").await;
-    launch(
-        &api,
-        &h,
-        &Spec {
-            priority: 1,
-            cpu: "3",
-            ..spec("low")
-        },
-    )
-    .await;
-    wait_in_sync(&api).await;
+    launch_low(&api, &h).await;
     // no agent from here: nothing ends the terminating pod
     h.stop_agent().await;
     let mut leaving = PodTemplate::new("leaving", 30)

@@ -190,20 +190,14 @@ impl<R: Runtime> PodWorkers<R> {
             }
             return Some(Holding::Passive);
         }
-        let phases: Vec<PodPhase> = reg
-            .workers
-            .iter()
-            .filter(|(u, _)| *u != own)
-            .map(|(_, w)| w.phase())
-            .collect();
-        let stopping = phases
-            .iter()
-            .filter(|p| matches!(p, PodPhase::Sync | PodPhase::Terminating))
-            .count();
-        let cleaning = phases
-            .iter()
-            .filter(|p| matches!(p, PodPhase::Terminated))
-            .count();
+        let (mut stopping, mut cleaning) = (0, 0);
+        for (_, w) in reg.workers.iter().filter(|(u, _)| *u != own) {
+            match w.phase() {
+                PodPhase::Sync | PodPhase::Terminating => stopping += 1,
+                PodPhase::Terminated => cleaning += 1,
+                PodPhase::Finished => {}
+            }
+        }
         if stopping > 0 {
             progress.quiet_since = None;
             return Some(Holding::OtherPods(stopping));
