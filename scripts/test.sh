@@ -77,7 +77,7 @@ setup() {
 quiet() { "$@" >/dev/null; }
 
 setup 1 "test bed packages" \
-    "containerd, runc, busybox-static, gcc, dbus-daemon (testbed/testbed.sh install; apt-get when missing)" \
+    "containerd, runc, busybox-static, gcc, dbus-daemon, chromium (testbed/testbed.sh install; apt-get when missing)" \
     testbed/testbed.sh install
 setup 2 "container images" "busybox and pause (testbed/testbed.sh images; cached, digests checked)" \
     quiet testbed/testbed.sh images

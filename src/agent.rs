@@ -8,6 +8,10 @@
 //!   runtime;
 //! * at least one pod source is configured; orphans are judged only after every source has
 //!   delivered its first complete list.
+//!
+//! `reaplet run`'s start-up, from the settings to an [`AgentConfig`], is [`start`].
+
+pub mod start;
 
 use crate::api::{self, RateLimiter, status_manager::StatusManager};
 use crate::authority::Authority;
@@ -220,6 +224,11 @@ impl<R: Runtime> AgentState for Live<R> {
         Ok(())
     }
 
+    fn timeline_json(&self, query: &crate::timeline::Query) -> Option<serde_json::Value> {
+        let t = self.workers.timelines().find(query)?;
+        serde_json::to_value(t).ok()
+    }
+
     fn pods_json(&self) -> serde_json::Value {
         let now = tokio::time::Instant::now();
         let pods: Vec<serde_json::Value> = self
@@ -401,6 +410,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             health.clone(),
             Some(metrics.clone()),
         );
+        status.set_timelines(workers.timelines());
         workers.set_status_sink(Arc::new(status.clone()));
         let pending = status.clone();
         shutdown.statuses_pending = Some(Box::new(move || pending.pending()));

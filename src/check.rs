@@ -1,10 +1,16 @@
 //! `reaplet check`: a preflight of everything reaplet needs on this node (no kubelet
 //! counterpart; the kubelet fails at start-up instead). Each line passes, warns or fails; any
 //! failure makes the command exit non-zero.
+//!
+//! Invariants:
+//! * it reads and asks, never changes anything (no cgroup, pod, lock or file is touched);
+//! * the output is one table ([`render`]): a `CHECK` column, `PASS`/`WARN`/`FAIL`, a detail;
+//!   the exit code is 1 when a line fails, else 0 (warnings included).
 
 use crate::agent::detect_cgroup_driver;
+use crate::agent::start::{HostNameError, node_name};
 use crate::cgroups::{self, CgroupMode};
-use crate::config::Settings;
+use crate::config::{KubeletSummary, Loaded, Settings};
 use crate::cri::{CriClient, CriConfig, CriError, EventSource, Runtime};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -74,6 +80,43 @@ impl Default for HostPaths<'static> {
             dbus_socket: Path::new("/run/dbus/system_bus_socket"),
         }
     }
+}
+
+/// `reaplet check` for this host: the table and the exit code. `kube`: the API client
+/// configuration `reaplet run` would use.
+pub async fn command(
+    loaded: &Loaded,
+    kube: Option<kube::Config>,
+) -> Result<(String, i32), HostNameError> {
+    let s = &loaded.settings;
+    let node = node_name(s)?;
+    let lines = run(s, &node, Ok(kube), &HostPaths::default()).await;
+    Ok(render(loaded.kubelet.as_ref(), &lines))
+}
+
+/// The table (a line for the kubelet's file first, when one was read) and the exit code: 1
+/// when a line fails, else 0.
+pub fn render(kubelet: Option<&KubeletSummary>, lines: &[Line]) -> (String, i32) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<17} {:<5} DETAIL", "CHECK", "");
+    if let Some(k) = kubelet {
+        let (path, used, n) = (k.path.display(), k.used.join(", "), k.ignored.len());
+        let detail = format!("{path}: uses [{used}]; ignores {n} other fields");
+        let _ = writeln!(out, "{:<17} {:<5} {detail}", "kubelet config", "PASS");
+    }
+    let mut failed = false;
+    for l in lines {
+        failed |= l.outcome == Outcome::Fail;
+        let _ = writeln!(
+            out,
+            "{:<17} {:<5} {}",
+            l.check,
+            l.outcome.as_str(),
+            l.detail
+        );
+    }
+    (out, if failed { 1 } else { 0 })
 }
 
 /// Runs every check. `kube`: the API client configuration, if any could be built (its error
@@ -503,5 +546,36 @@ async fn api_check(cfg: kube::Config, node: &str) -> Line {
             Outcome::Fail,
             format!("{url}: not permitted: {}", denied.join(", ")),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_lines_up_the_table_and_fails_on_a_fail() {
+        let k = KubeletSummary {
+            path: "/var/lib/kubelet/config.yaml".into(),
+            used: vec!["cgroupDriver", "staticPodPath"],
+            ignored: vec!["a".into(), "b".into()],
+            static_pod_path: None,
+        };
+        let lines = [
+            line("runtime", Outcome::Pass, "containerd 2.0"),
+            line("logind", Outcome::Warn, "absent"),
+        ];
+        let (text, code) = render(Some(&k), &lines);
+        assert_eq!(
+            text,
+            "CHECK                   DETAIL\n\
+             kubelet config    PASS  /var/lib/kubelet/config.yaml: uses [cgroupDriver, \
+             staticPodPath]; ignores 2 other fields\n\
+             runtime           PASS  containerd 2.0\n\
+             logind            WARN  absent\n"
+        );
+        assert_eq!(code, 0, "a warning is not a failure");
+        let (_, code) = render(None, &[line("cgroups", Outcome::Fail, "no")]);
+        assert_eq!(code, 1);
     }
 }

@@ -6,6 +6,10 @@
 //! with a sidecar); a fifth runs with no manifest at all (an orphan). The agent starts, stops
 //! the orphan with grace 1, and when the four manifests are removed ends their pods with their
 //! own grace. The report says when and how every container stopped.
+//!
+//! Invariants: only in builds with the `testbed` feature (never in a release package); it
+//! touches only the test bed's containerd (`--testbed-dir`) and the pods below its cgroup root
+//! (`--cgroup-root`); the report ([`render`]) is printed once, after every pod has ended.
 
 use crate::agent::{self, AgentConfig};
 use crate::cgroups::CgroupManager;
@@ -18,6 +22,16 @@ use crate::wall_ns;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// The test bed directory (holds containerd.sock and pod logs).
+    #[arg(long, default_value = "/tmp/reaplet-tb-demo")]
+    testbed_dir: PathBuf,
+    /// The cgroup root the test bed's pods live below.
+    #[arg(long, default_value = "/reaplet-tb-demo")]
+    cgroup_root: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -54,6 +68,61 @@ pub struct DemoConfig {
     pub testbed_dir: PathBuf,
     pub cgroup_root: String,
     pub mountinfo: PathBuf,
+}
+
+/// `reaplet demo`: runs the demo on the test bed at `args`; returns the report to print.
+pub async fn command(args: DemoArgs) -> Result<String, DemoError> {
+    let (version, rows) = run(DemoConfig {
+        testbed_dir: args.testbed_dir,
+        cgroup_root: args.cgroup_root,
+        mountinfo: "/proc/self/mountinfo".into(),
+    })
+    .await?;
+    Ok(render(&version, &rows))
+}
+
+/// The report: the runtime, a table of every container's stop, the conclusion.
+pub fn render(version: &str, rows: &[Row]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "runtime: {version}\n\
+         pods came from a static manifest directory; the orphan had no manifest at all\n\
+         times count from the start of each pod's termination (manifest removed / agent start)\n"
+    );
+    let _ = writeln!(
+        out,
+        "{:<22} {:<17} {:>6} {:<10} {:>9} {:>5} {:>9}",
+        "POD", "WHY", "GRACE", "CONTAINER", "STOPPED", "EXIT", "CLEANED"
+    );
+    for r in rows {
+        let stopped = if r.stopped_after.is_nan() {
+            "removed".to_string()
+        } else {
+            format!("{:.3}s", r.stopped_after)
+        };
+        let exit = if r.exit_code < 0 {
+            "-".to_string()
+        } else {
+            r.exit_code.to_string()
+        };
+        let cleaned = if r.cleaned_after.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.3}s", r.cleaned_after)
+        };
+        let _ = writeln!(
+            out,
+            "{:<22} {:<17} {:>5}s {:<10} {:>9} {:>5} {:>9}",
+            r.pod, r.why, r.grace, r.container, stopped, exit, cleaned
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nall pods terminated: containers and sandboxes stopped, pod cgroups removed"
+    );
+    out
 }
 
 /// Runs the demo; returns the runtime's version line and the report.

@@ -29,20 +29,61 @@ pub fn effective_grace(
     kill_override: Option<i64>,
     spec: Option<i64>,
 ) -> i64 {
-    let mut grace = held;
-    let mut overridden = false;
-    for candidate in [deletion, kill_override].into_iter().flatten() {
-        if grace.is_none_or(|g| candidate < g) {
-            grace = Some(candidate);
-            overridden = true;
+    effective_grace_from(held, deletion, kill_override, spec).0
+}
+
+/// [`effective_grace`], and which input it came from (a termination's timeline says).
+pub fn effective_grace_from(
+    held: Option<i64>,
+    deletion: Option<i64>,
+    kill_override: Option<i64>,
+    spec: Option<i64>,
+) -> (i64, GraceSource) {
+    let mut grace = held.map(|g| (g, GraceSource::Held));
+    for (candidate, from) in [
+        (deletion, GraceSource::Deletion),
+        (kill_override, GraceSource::Override),
+    ] {
+        if let Some(c) = candidate
+            && grace.is_none_or(|(g, _)| c < g)
+        {
+            grace = Some((c, from));
         }
     }
-    let g = match grace {
-        Some(g) => g,
-        None if !overridden => spec.unwrap_or(DEFAULT_SPEC_GRACE),
-        None => 1,
+    let (g, from) = match (grace, spec) {
+        (Some(g), _) => g,
+        (None, Some(s)) => (s, GraceSource::Spec),
+        (None, None) => (DEFAULT_SPEC_GRACE, GraceSource::Default),
     };
-    g.max(1)
+    (g.max(1), from)
+}
+
+/// Where a termination's grace came from (the inputs of `calculateEffectiveGracePeriod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GraceSource {
+    /// `spec.terminationGracePeriodSeconds`.
+    Spec,
+    /// The API server's default (30 s) for a spec without one.
+    Default,
+    /// `metadata.deletionGracePeriodSeconds` (a DELETE's or an eviction's grace).
+    Deletion,
+    /// The kill request's own override (an eviction source, shutdown, an orphan's 1 s).
+    Override,
+    /// What the worker already held (an only-shorter override that was not shorter).
+    Held,
+}
+
+impl GraceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Spec => "terminationGracePeriodSeconds",
+            Self::Default => "the API default",
+            Self::Deletion => "deletionGracePeriodSeconds",
+            Self::Override => "the kill request",
+            Self::Held => "the grace already held",
+        }
+    }
 }
 
 /// Whole seconds that `elapsed` takes off a grace (truncated, like the kubelet's

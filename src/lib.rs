@@ -45,8 +45,11 @@ pub mod grace;
 pub mod hooks;
 pub mod kill;
 pub mod lifecycle;
+pub mod logs;
 pub mod metrics;
+pub mod otel;
 pub mod pod;
+pub mod pods_view;
 pub mod records;
 pub mod sd_notify;
 pub mod self_pod;
@@ -57,6 +60,7 @@ pub mod status;
 pub mod systemd;
 #[cfg(feature = "testbed")]
 pub mod testbed;
+pub mod timeline;
 pub mod volumes;
 pub mod workers;
 

@@ -53,6 +53,13 @@ pub struct EvictionLabels {
     pub outcome: &'static str,
 }
 
+/// Why the trace export dropped a span ([`crate::otel::DROP_REASONS`]): `queue_full`,
+/// `export_failed` or `shutdown`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpanDropLabel {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabel {
     pub stage: &'static str,
@@ -186,6 +193,9 @@ pub struct Metrics {
     pub graceful_shutdown_end_time: Gauge,
     /// 1 while reaplet holds its logind delay inhibitor.
     pub graceful_shutdown_inhibitor: Gauge,
+    /// Spans the trace export dropped, by reason ([`crate::otel::DROP_REASONS`]); every reason
+    /// present from the start, at 0.
+    pub tracing_spans_dropped: Family<SpanDropLabel, Counter>,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -223,6 +233,7 @@ impl Metrics {
             graceful_shutdown_start_time: Gauge::default(),
             graceful_shutdown_end_time: Gauge::default(),
             graceful_shutdown_inhibitor: Gauge::default(),
+            tracing_spans_dropped: Family::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -316,6 +327,16 @@ impl Metrics {
             "1 while reaplet holds its logind delay inhibitor (graceful node shutdown configured, reaplet active, logind reachable)",
             m.graceful_shutdown_inhibitor.clone(),
         );
+        registry.register(
+            "tracing_spans_dropped",
+            "Spans the OpenTelemetry trace export dropped, by reason: queue_full (the export queue was full when the span ended), export_failed (its export failed or timed out), shutdown (it ended after the export stopped, or was unexported at the stop's deadline)",
+            m.tracing_spans_dropped.clone(),
+        );
+        for reason in crate::otel::DROP_REASONS {
+            m.tracing_spans_dropped
+                .get_or_create(&SpanDropLabel { reason })
+                .inc_by(0);
+        }
         let m = Metrics { registry, ..m };
         m.set_working_pods(&HashMap::new());
         m
@@ -329,6 +350,11 @@ impl Metrics {
             Exposition::OpenMetrics => out,
             Exposition::Prometheus => openmetrics_to_prometheus(&out),
         }
+    }
+
+    /// The counters the trace export ([`crate::otel::layer`]) counts its dropped spans into.
+    pub fn span_drops(&self) -> crate::otel::SpanDrops {
+        crate::otel::SpanDrops::from_family(&self.tracing_spans_dropped)
     }
 
     pub fn runtime_call(&self, op: &'static str, took: Duration, ok: bool) {
@@ -511,6 +537,10 @@ mod tests {
                 text.contains("reaplet_container_runtime_unhealthy 0"),
                 "{text}"
             );
+            for reason in crate::otel::DROP_REASONS {
+                let line = format!("reaplet_tracing_spans_dropped_total{{reason=\"{reason}\"}} 0");
+                assert!(text.contains(&line), "{line} missing:\n{text}");
+            }
         }
         let phase = PodPhase::ALL[1].as_str();
         m.set_working_pods(&HashMap::from([((phase, "api"), 3)]));

@@ -24,9 +24,11 @@
 //!   A termination resumed after a restart never runs a hook twice; a stop the runtime
 //!   answered continues to its deadline (never a new grace); a stop never answered may never
 //!   have reached the runtime, so it is sent again as a SIGTERM bounded by its deadline but
-//!   never under the 2 s floor, once (any number of restarts extend a kill by the floor at
-//!   most; later resends count down to that deadline); a container with no record was never
-//!   signalled and gets a fresh termination;
+//!   never under the 2 s floor, as often as it goes unanswered (a resend that counted down
+//!   to a passed deadline sent a bare SIGKILL to a container that may never have had its
+//!   SIGTERM); a stop in flight for a second is marked answered ([`crate::kill`]), so only
+//!   restarts within a second of a send extend a kill, by the floor each; a container with
+//!   no record was never signalled and gets a fresh termination;
 //! * a record of an older version (a wall-clock deadline per container) reads as stops never
 //!   answered;
 //! * a missing or unreadable record is an empty one (logged once): it can only make reaplet
@@ -71,14 +73,11 @@ pub struct TerminationRecord {
 pub struct StopRecord {
     /// By when it SIGKILLs at the latest.
     pub deadline: Stamp,
-    /// The runtime answered the StopContainer, so its SIGTERM went out. Until then the stop
-    /// may never have reached the runtime.
+    /// The runtime answered the StopContainer, or it was in flight long enough to have
+    /// reached the runtime, so its SIGTERM went out. Until then the stop may never have
+    /// reached the runtime. (A `resent` key of older versions is ignored.)
     #[serde(default)]
     pub answered: bool,
-    /// An unanswered stop was sent again with the 2 s floor: later ones count down to its
-    /// deadline with no new floor (a crash loop never pushes the SIGKILL out further).
-    #[serde(default)]
-    pub resent: bool,
 }
 
 /// The stops of this version, or of an older one (a wall-clock deadline in Unix ms: a stop
@@ -102,7 +101,6 @@ where
                 AnyVersion::WallMs(ms) => StopRecord {
                     deadline: Stamp::wall_only(ms),
                     answered: false,
-                    resent: false,
                 },
             };
             (id, r)
@@ -192,11 +190,9 @@ pub enum StopStart {
     /// The runtime answered an earlier one: continue to its deadline, no new floor.
     Continue(Stamp),
     /// An earlier one was recorded but never answered (it may never have reached the
-    /// runtime): send a SIGTERM again, bounded by its deadline, never under the floor; once
-    /// only ([`StopStart::Resent`] after that).
+    /// runtime, however many times it was sent): send a SIGTERM again, bounded by its
+    /// deadline, never under the floor.
     Unanswered(Stamp),
-    /// An unanswered one was already sent again with the floor: count down to its deadline.
-    Resent(Stamp),
 }
 
 /// What outlives one kill attempt of a pod: which containers already had their preStop hook
@@ -292,9 +288,6 @@ impl KillMemory {
                 Some(r) if r.answered && r.deadline.not_after(proposed) => {
                     return StopStart::Continue(r.deadline.clone());
                 }
-                Some(r) if r.resent && r.deadline.not_after(proposed) => {
-                    return StopStart::Resent(r.deadline.clone());
-                }
                 Some(r) if r.deadline.not_after(proposed) => {
                     return StopStart::Unanswered(r.deadline.clone());
                 }
@@ -302,7 +295,6 @@ impl KillMemory {
                     let r = StopRecord {
                         deadline: proposed.clone(),
                         answered: false,
-                        resent: false,
                     };
                     v.record.stops.insert(container_id.to_owned(), r);
                     v.version += 1;
@@ -314,13 +306,11 @@ impl KillMemory {
         StopStart::Fresh
     }
 
-    /// The unanswered stop of `container_id` is sent again with the floor, SIGKILLing by
-    /// `deadline`.
+    /// The unanswered stop of `container_id` is sent again, SIGKILLing by `deadline`.
     pub(crate) async fn stop_resent(&self, container_id: &str, deadline: &Stamp) {
         let resent = StopRecord {
             deadline: deadline.clone(),
             answered: false,
-            resent: true,
         };
         self.change(|r| {
             r.stops.insert(container_id.to_owned(), resent);
@@ -330,24 +320,12 @@ impl KillMemory {
     }
 
     /// The runtime answered the stop of `container_id` (with an error: a stopped container
-    /// needs no record), so its SIGTERM went out.
+    /// needs no record), or the stop has been in flight long enough to have reached it: its
+    /// SIGTERM went out.
     pub(crate) async fn stop_answered(&self, container_id: &str) {
         self.change(|r| match r.stops.get_mut(container_id) {
             Some(s) if !s.answered => {
                 s.answered = true;
-                true
-            }
-            _ => false,
-        })
-        .await;
-    }
-
-    /// The stop of `container_id` never reached the runtime (refused): the next one may have
-    /// the floor again, as it is the first that can deliver SIGTERM.
-    pub(crate) async fn stop_undelivered(&self, container_id: &str) {
-        self.change(|r| match r.stops.get_mut(container_id) {
-            Some(s) if s.resent => {
-                s.resent = false;
                 true
             }
             _ => false,
@@ -389,7 +367,6 @@ mod tests {
             StopRecord {
                 deadline: Stamp::now(),
                 answered: true,
-                resent: false,
             },
         );
         f.save(&r).unwrap();
@@ -407,7 +384,6 @@ mod tests {
             StopRecord {
                 deadline: Stamp::wall_only(1_700_000_000_000),
                 answered: false,
-                resent: false,
             }
         );
         assert!(!f.tmp_path().exists());

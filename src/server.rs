@@ -1,7 +1,8 @@
 //! The local status endpoint (kubelet: its healthz and metrics servers): `/metrics` (the
 //! Prometheus text format 0.0.4, or OpenMetrics when the `Accept` header prefers it),
 //! `/healthz` (the main loop is alive), `/readyz` (runtime connected and answering, every pod
-//! source listed once), and `/pods` (JSON: what the agent sees, for `reaplet pods`).
+//! source listed once), `/pods` (JSON: what the agent sees, for `reaplet pods`) and
+//! `/pods/timeline?pod=NAMESPACE/NAME|UID` (one termination's timeline, [`crate::timeline`]).
 //!
 //! Invariants: loopback by default (the address is a setting); read-only; one small HTTP/1.1
 //! server, no request reads more than its head.
@@ -27,6 +28,40 @@ pub trait AgentState: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String>;
     /// `/pods` as JSON.
     fn pods_json(&self) -> serde_json::Value;
+    /// `/pods/timeline?pod=NAMESPACE/NAME|UID`: the newest kept termination timeline of that
+    /// pod ([`crate::timeline`]), as JSON.
+    fn timeline_json(&self, _query: &crate::timeline::Query) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// `%XX` escapes and `+` of a query value decoded; a malformed escape is kept as it is.
+fn query_value(query: Option<&str>, key: &str) -> Option<String> {
+    let raw = query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
 }
 
 fn reply(code: u16, ctype: &str, body: String) -> Response<Full<Bytes>> {
@@ -42,13 +77,20 @@ fn route(state: &dyn AgentState, req: &Request<Incoming>) -> Response<Full<Bytes
         .headers()
         .get(http::header::ACCEPT)
         .and_then(|v| v.to_str().ok());
-    respond(state, req.method().as_str(), req.uri().path(), accept)
+    respond(
+        state,
+        req.method().as_str(),
+        req.uri().path(),
+        req.uri().query(),
+        accept,
+    )
 }
 
 fn respond(
     state: &dyn AgentState,
     method: &str,
     path: &str,
+    query: Option<&str>,
     accept: Option<&str>,
 ) -> Response<Full<Bytes>> {
     let check = |r: Result<(), String>| match r {
@@ -63,6 +105,21 @@ fn respond(
         ("GET", "/healthz") => check(state.live()),
         ("GET", "/readyz") => check(state.ready()),
         ("GET", "/pods") => reply(200, "application/json", state.pods_json().to_string()),
+        ("GET", "/pods/timeline") => {
+            let Some(pod) = query_value(query, "pod").filter(|p| !p.is_empty()) else {
+                let why = serde_json::json!({"error": "give ?pod=NAMESPACE/NAME or ?pod=UID"});
+                return reply(400, "application/json", why.to_string());
+            };
+            match state.timeline_json(&crate::timeline::Query::parse(&pod)) {
+                Some(t) => reply(200, "application/json", t.to_string()),
+                None => {
+                    let why = serde_json::json!({"error": format!(
+                        "no termination timeline kept for {pod}: it has not begun to end, or it finished and rolled off"
+                    )});
+                    reply(404, "application/json", why.to_string())
+                }
+            }
+        }
         _ => reply(404, "text/plain", "not found\n".into()),
     }
 }
@@ -142,7 +199,7 @@ mod tests {
     }
 
     async fn get(state: &Fixed, path: &str, accept: Option<&str>) -> (u16, String, String) {
-        let r = respond(state, "GET", path, accept);
+        let r = respond(state, "GET", path, None, accept);
         let code = r.status().as_u16();
         let ctype = r.headers()["content-type"].to_str().unwrap().to_owned();
         let body = r.into_body().collect().await.unwrap().to_bytes();
@@ -195,6 +252,37 @@ mod tests {
         )
         .await;
         assert!(ctype.starts_with("text/plain"), "{ctype}");
+    }
+
+    #[test]
+    fn query_values_are_decoded_and_never_panic() {
+        assert_eq!(
+            query_value(Some("pod=default%2Fweb-0"), "pod").as_deref(),
+            Some("default/web-0")
+        );
+        assert_eq!(
+            query_value(Some("x=1&pod=kube-system/etcd"), "pod").as_deref(),
+            Some("kube-system/etcd")
+        );
+        assert_eq!(query_value(Some("pods=a"), "pod"), None);
+        assert_eq!(query_value(None, "pod"), None);
+        // a cut or malformed escape, and multi-byte text after a '%', are kept as they are
+        assert_eq!(query_value(Some("pod=a%2"), "pod").as_deref(), Some("a%2"));
+        assert_eq!(
+            query_value(Some("pod=%zzé"), "pod").as_deref(),
+            Some("%zzé")
+        );
+        assert_eq!(query_value(Some("pod=%é"), "pod").as_deref(), Some("%é"));
+        assert_eq!(query_value(Some("pod=%ff"), "pod"), None, "not UTF-8");
+    }
+
+    #[tokio::test]
+    async fn a_timeline_needs_a_pod_and_an_unknown_one_is_404() {
+        let state = Fixed(Metrics::new());
+        let r = respond(&state, "GET", "/pods/timeline", None, None);
+        assert_eq!(r.status().as_u16(), 400);
+        let r = respond(&state, "GET", "/pods/timeline", Some("pod=default/x"), None);
+        assert_eq!(r.status().as_u16(), 404);
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 # reaplet's test bed: a private containerd (Debian's package) on its own socket, state and
 # cgroup root, with busybox and pause images built locally (no registry is reachable).
 #
-#   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc, dbus-daemon if missing
+#   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc, dbus-daemon, chromium if missing
 #   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR,
 #                                with their sha256 digests: a broken or truncated one is rebuilt)
 #   testbed/testbed.sh start     install + images + start containerd + import images (idempotent)
@@ -100,12 +100,14 @@ cmd_install() {
     command -v gcc >/dev/null || missing+=(gcc libc6-dev)
     # a private bus for the shutdown manager's test (tests/shutdown.rs)
     command -v dbus-daemon >/dev/null || missing+=(dbus-daemon)
+    # headless rendering of the timeline's SVG chart (tests/timeline.rs)
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
     if [ ${#missing[@]} -gt 0 ]; then
         log "installing ${missing[*]} from Debian's packages (apt-get)"
         local t0=$SECONDS
         cmd_apt_install "${missing[@]}"
         local c
-        for c in containerd runc gcc dbus-daemon; do
+        for c in containerd runc gcc dbus-daemon chromium; do
             command -v "$c" >/dev/null ||
                 die "install step \"apt-get install ${missing[*]}\" succeeded but $c is still not on PATH"
         done

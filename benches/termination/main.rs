@@ -4,7 +4,8 @@
 //! ```sh
 //! sudo cargo bench --bench termination -- single      # 1 pod x 20: delete -> gone, stages
 //! sudo cargo bench --bench termination -- burst       # 110 pods at once, and the CRI floor
-//! sudo cargo bench --bench termination -- synthetic   # fake CRI: 100, 1,000, 5,000 pods
+//! sudo cargo bench --bench termination -- synthetic   # fake CRI: 100, 1,000, 5,000 pods,
+//!                                                     # and what their timelines cost
 //! sudo cargo bench --bench termination -- idle        # 110 running pods for 60 s
 //! sudo cargo bench --bench termination -- exits       # exit -> status, events vs relist; idle
 //! sudo cargo bench --bench termination -- exits:5     # exit -> status only, 5 pods per path
@@ -28,6 +29,7 @@ mod exits;
 mod fake_cri;
 mod side_by_side;
 mod taints;
+mod timeline;
 
 #[global_allocator]
 static ALLOC: taints::Counting = taints::Counting;
@@ -496,7 +498,16 @@ async fn burst(n: usize) -> R<()> {
 }
 
 /// Fake CRI (real socket, per-call latency) + API server: `n` pods deleted at once.
-async fn synthetic(sizes: &[usize], latency: fake_cri::Latency) -> R<()> {
+/// One synthetic bulk termination: its size, reaplet's CPU seconds, and one pod's termination
+/// timeline as the agent recorded it.
+struct SyntheticRun {
+    pods: usize,
+    cpu_s: f64,
+    timeline: Option<reaplet::timeline::Timeline>,
+}
+
+async fn synthetic(sizes: &[usize], latency: fake_cri::Latency) -> R<Vec<SyntheticRun>> {
+    let mut runs = Vec::new();
     header(&format!(
         "synthetic: fake CRI on a unix socket (call latency {:?}, stop latency {:?}), API QPS unthrottled",
         latency.call, latency.stop
@@ -567,12 +578,24 @@ async fn synthetic(sizes: &[usize], latency: fake_cri::Latency) -> R<()> {
             pct(&over, 99.0),
             reqs as f64 / n as f64
         );
+        let timeline =
+            reaplet::server::fetch(agent.status, &format!("/pods/timeline?pod={}", uids[0]))
+                .await
+                .ok()
+                .filter(|(code, _)| *code == 200)
+                .and_then(|(_, body)| serde_json::from_str(&body).ok())
+                .and_then(|v| reaplet::timeline::Timeline::from_json(v).ok());
+        runs.push(SyntheticRun {
+            pods: n,
+            cpu_s: cpu,
+            timeline,
+        });
         agent.stop();
         // the agent's log outlives the run, for the trace behind a figure
         let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-synthetic-{n}.log"));
         let _ = std::fs::copy(dir.path().join("reaplet.log"), &keep);
     }
-    Ok(())
+    Ok(runs)
 }
 
 async fn run(modes: &[String], bench: bool) -> R<()> {
@@ -583,7 +606,7 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
     if !bench {
         // cargo test: the harness works end to end, small
         single(2).await?;
-        synthetic(&[50], lat).await?;
+        timeline::cost(&synthetic(&[50], lat).await?);
         exits::exits(2, 2, 1).await?;
         taints::taints(&[100], 2);
         return Ok(());
@@ -597,12 +620,12 @@ async fn run(modes: &[String], bench: bool) -> R<()> {
         burst(110).await?;
     }
     if want("synthetic") {
-        synthetic(&[100, 1000, 5000], lat).await?;
+        timeline::cost(&synthetic(&[100, 1000, 5000], lat).await?);
     }
     // one size alone: synthetic:N
     for m in modes {
         if let Some(n) = m.strip_prefix("synthetic:").and_then(|n| n.parse().ok()) {
-            synthetic(&[n], lat).await?;
+            timeline::cost(&synthetic(&[n], lat).await?);
         }
         if let Some(n) = m.strip_prefix("exits:").and_then(|n| n.parse().ok()) {
             exits::exits(n, 0, 0).await?;

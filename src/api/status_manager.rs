@@ -128,6 +128,8 @@ struct Inner {
     entries: Mutex<HashMap<PodUid, Entry>>,
     gone: Mutex<Gone>,
     notify: Notify,
+    /// Where the status and delete answers go in each pod's termination timeline.
+    timelines: std::sync::OnceLock<Arc<crate::timeline::Timelines>>,
 }
 
 /// Sends terminal statuses and final deletes. Cheap to clone.
@@ -178,7 +180,30 @@ impl StatusManager {
                 entries: Mutex::default(),
                 gone: Mutex::default(),
                 notify: Notify::new(),
+                timelines: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Connects the terminations' timelines; a second call is ignored.
+    pub fn set_timelines(&self, timelines: Arc<crate::timeline::Timelines>) {
+        let _ = self.inner.timelines.set(timelines);
+    }
+
+    /// Records the API server's answer to a write in `uid`'s timeline (an answer with no
+    /// HTTP status, a timeout, is not one).
+    fn to_timeline<T>(
+        &self,
+        uid: &PodUid,
+        r: &Result<T, RequestError>,
+        step: impl FnOnce(u16) -> crate::timeline::Step,
+    ) {
+        let code = match r {
+            Ok(_) => Some(200),
+            Err(e) => e.code(),
+        };
+        if let (Some(t), Some(code)) = (self.inner.timelines.get(), code) {
+            t.record(uid, step(code));
         }
     }
 
@@ -401,6 +426,9 @@ impl StatusManager {
                         ))
                         .await,
                     );
+                    self.to_timeline(uid, &r, |code| crate::timeline::Step::StatusWritten {
+                        code,
+                    });
                     match r {
                         // the object changed since it was read: read it again
                         Err(err) if guarded && err.code() == Some(409) && conflicts < 3 => {
@@ -466,6 +494,9 @@ impl StatusManager {
         };
         let t = Instant::now();
         let r = self.seen(bounded(api.delete(&entry.name, &dp)).await);
+        self.to_timeline(uid, &r, |code| crate::timeline::Step::ObjectDeleted {
+            code,
+        });
         if r.is_ok()
             && let Some(m) = &self.inner.metrics
         {

@@ -28,7 +28,8 @@ use serde_json::{Map, Value};
 use std::path::Path;
 use std::time::Duration;
 
-/// The kubelet fields reaplet reads (the top-level keys; of `logging` only `format`).
+/// The kubelet fields reaplet reads (the top-level keys; of `logging` only `format`; both of
+/// `tracing`'s).
 pub const HONOURED: &[&str] = &[
     "staticPodPath",
     "containerRuntimeEndpoint",
@@ -45,6 +46,8 @@ pub const HONOURED: &[&str] = &[
     "shutdownGracePeriod",
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
+    "tracing.endpoint",
+    "tracing.samplingRatePerMillion",
 ];
 
 /// One `shutdownGracePeriodByPodPriority` entry: pods of at least `priority` (and below the
@@ -377,6 +380,37 @@ impl KubeletFile {
                     }
                     r.log_format.is_some().then_some("logging.format")
                 }
+                "tracing" => {
+                    let tracing = match v {
+                        Value::Null => Map::new(),
+                        Value::Object(m) => m.clone(),
+                        o => return Err(at("tracing", path, format!("{o} must be a mapping"))),
+                    };
+                    for (k, v) in &tracing {
+                        // `""` and `0` are unset, as for every field here
+                        let (field, slot) = match k.as_str() {
+                            "endpoint" => (
+                                super::TRACING_ENDPOINT,
+                                string(super::TRACING_ENDPOINT, v, path)?,
+                            ),
+                            "samplingRatePerMillion" => (
+                                super::TRACING_SAMPLING_RATE,
+                                number(super::TRACING_SAMPLING_RATE, v, path)?,
+                            ),
+                            _ => {
+                                f.ignored.push(format!("tracing.{k}"));
+                                continue;
+                            }
+                        };
+                        f.used.extend(slot.is_some().then_some(field));
+                        if field == super::TRACING_ENDPOINT {
+                            r.tracing_endpoint = slot;
+                        } else {
+                            r.tracing_sampling_rate_per_million = slot;
+                        }
+                    }
+                    None
+                }
                 "shutdownGracePeriod" => {
                     f.shutdown.grace_period = shutdown_period("shutdownGracePeriod", v, path)?;
                     (!f.shutdown.grace_period.is_zero()).then_some("shutdownGracePeriod")
@@ -526,6 +560,7 @@ mod tests {
             "logging:\n  format: json\n  verbosity: 2\n",
             "shutdownGracePeriod: 30s\n",
             "shutdownGracePeriodCriticalPods: 10s\n",
+            "tracing:\n  endpoint: otel:4317\n  samplingRatePerMillion: 10\n",
             "maxPods: 110\n",
         ))
         .unwrap();
@@ -546,6 +581,13 @@ mod tests {
         assert_eq!((s.kube_api_qps, s.kube_api_burst), (50.0, 100));
         assert_eq!((s.event_qps, s.event_burst), (5.0, 10));
         assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(
+            s.tracing,
+            Some(crate::otel::TracingConfig {
+                endpoint: "http://otel:4317".into(),
+                sampling_rate_per_million: 10
+            })
+        );
         assert_eq!(k.shutdown.grace_period, Duration::from_secs(30));
         assert_eq!(
             k.shutdown.grace_period_critical_pods,
@@ -604,6 +646,16 @@ mod tests {
                 "shutdownGracePeriodByPodPriority",
             ),
             ("staticPodPath: [a]\n", "staticPodPath"),
+            ("tracing: on\n", "tracing"),
+            ("tracing:\n  endpoint: 4317\n", "tracing.endpoint"),
+            (
+                "tracing:\n  samplingRatePerMillion: \"5\"\n",
+                "tracing.samplingRatePerMillion",
+            ),
+            (
+                "tracing:\n  samplingRatePerMillion: -5\n",
+                "tracing.samplingRatePerMillion",
+            ),
         ];
         for (text, field) in cases {
             let e = read(text).unwrap_err();

@@ -15,8 +15,14 @@
 //!   [`ConfigError`] naming the field (file key, or the kubelet's field path such as
 //!   `logging.format`) and why; the binary exits with code 64;
 //! * unknown keys in reaplet's own file are errors; in the kubelet's file, the fields reaplet
-//!   does not use are returned ([`KubeletSummary::ignored`]) for one info line.
+//!   does not use are returned ([`KubeletSummary::ignored`]) for one info line;
+//! * `tracing` (the kubelet's `TracingConfiguration`: `endpoint`, `samplingRatePerMillion`) is
+//!   a mapping in both files, as in the kubelet's; flags and environment give its two fields
+//!   flat (`--tracing-endpoint`, `--tracing-sampling-rate-per-million`), and each field is
+//!   layered on its own like every other setting. Neither field set anywhere: no tracing
+//!   ([`Settings::tracing`] is `None`).
 
+pub mod flags;
 pub mod kubelet;
 mod values;
 
@@ -99,6 +105,15 @@ pub struct RawSettings {
     pub shutdown_grace_period: Option<String>,
     pub shutdown_grace_period_critical_pods: Option<String>,
     pub shutdown_grace_period_by_pod_priority: Option<String>,
+    /// The kubelet's `tracing.endpoint` (in a file: `tracing: {endpoint: ...}`, never a
+    /// top-level key).
+    #[serde(skip)]
+    pub tracing_endpoint: Option<String>,
+    /// The kubelet's `tracing.samplingRatePerMillion` (in a file, under `tracing`).
+    #[serde(skip)]
+    pub tracing_sampling_rate_per_million: Option<String>,
+    /// Finished terminations whose timelines are kept (reaplet's own; no kubelet field).
+    pub termination_timelines: Option<String>,
 }
 
 /// A config file: reaplet's own kind, or the kubelet's.
@@ -196,7 +211,12 @@ impl RawSettings {
         path: &Path,
     ) -> Result<Self, ConfigError> {
         let mut strings = serde_json::Map::new();
+        let mut tracing = (None, None);
         for (key, v) in mapping {
+            if key == "tracing" {
+                tracing = tracing_mapping(v)?;
+                continue;
+            }
             let s = match v {
                 serde_json::Value::String(s) => s,
                 serde_json::Value::Number(n) => n.to_string(),
@@ -210,8 +230,10 @@ impl RawSettings {
             };
             strings.insert(key, serde_json::Value::String(s));
         }
-        serde_json::from_value(serde_json::Value::Object(strings))
-            .map_err(|e| err("config", format!("{}: {e}", path.display())))
+        let mut raw: RawSettings = serde_json::from_value(serde_json::Value::Object(strings))
+            .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+        (raw.tracing_endpoint, raw.tracing_sampling_rate_per_million) = tracing;
+        Ok(raw)
     }
 
     /// `self` over `lower`: each field set here wins.
@@ -267,11 +289,82 @@ macro_rules! every_field {
             eviction_dry_run,
             shutdown_grace_period,
             shutdown_grace_period_critical_pods,
-            shutdown_grace_period_by_pod_priority
+            shutdown_grace_period_by_pod_priority,
+            tracing_endpoint,
+            tracing_sampling_rate_per_million,
+            termination_timelines
         )
     };
 }
 use every_field;
+
+/// `tracing`'s two fields.
+pub const TRACING_ENDPOINT: &str = "tracing.endpoint";
+pub const TRACING_SAMPLING_RATE: &str = "tracing.samplingRatePerMillion";
+
+/// The `tracing` mapping of reaplet's own file: its endpoint and rate, as settings' text.
+fn tracing_mapping(v: serde_json::Value) -> Result<(Option<String>, Option<String>), ConfigError> {
+    use serde_json::Value;
+    let fields = match v {
+        Value::Null => return Ok((None, None)),
+        Value::Object(m) => m,
+        _ => {
+            return Err(err(
+                "tracing",
+                "must be a mapping (endpoint, samplingRatePerMillion)",
+            ));
+        }
+    };
+    let (mut endpoint, mut rate) = (None, None);
+    for (key, v) in fields {
+        let (field, slot) = match key.as_str() {
+            "endpoint" => (TRACING_ENDPOINT, &mut endpoint),
+            "samplingRatePerMillion" => (TRACING_SAMPLING_RATE, &mut rate),
+            o => {
+                return Err(err(
+                    "tracing",
+                    format!("unknown field {o:?} (endpoint, samplingRatePerMillion)"),
+                ));
+            }
+        };
+        *slot = match v {
+            Value::Null => None,
+            Value::String(s) => Some(s),
+            Value::Number(n) if field == TRACING_SAMPLING_RATE => Some(n.to_string()),
+            o if field == TRACING_ENDPOINT => {
+                return Err(err(
+                    field,
+                    format!("{o} must be a string like localhost:4317"),
+                ));
+            }
+            o => return Err(err(field, format!("{o} must be a whole number"))),
+        };
+    }
+    Ok((endpoint, rate))
+}
+
+/// The tracing settings: `None` when neither field is set; else the endpoint (the kubelet's
+/// default `localhost:4317`) as its `http://` URL and the rate (default 0), validated as the
+/// kubelet validates them.
+fn tracing_settings(
+    endpoint: Option<String>,
+    rate: Option<String>,
+) -> Result<Option<crate::otel::TracingConfig>, ConfigError> {
+    let rate = rate
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| {
+                err(
+                    TRACING_SAMPLING_RATE,
+                    format!("{v:?} is not a whole number from 0 to 1000000"),
+                )
+            })
+        })
+        .transpose()?;
+    crate::otel::TracingConfig::from_parts(endpoint.as_deref(), rate).map_err(|e| match e {
+        crate::otel::OtelError::SamplingRate(_) => err(TRACING_SAMPLING_RATE, e.to_string()),
+        e => err(TRACING_ENDPOINT, e.to_string()),
+    })
+}
 
 /// How reaplet reads YAML (the config file and static pod manifests) with `serde-saphyr`:
 /// scalars are inferred as `serde_yaml` 0.9 did (YAML 1.2 core: `yes`, `012`, `1_000` stay
@@ -288,7 +381,8 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     }
 }
 
-/// The keys of reaplet's own file.
+/// The keys of reaplet's own file (`tracing`'s as `tracing.endpoint` and
+/// `tracing.samplingRatePerMillion`, the field paths its errors name).
 pub const FIELDS: &[&str] = &[
     "kubeconfig",
     "kubeletConfig",
@@ -323,6 +417,9 @@ pub const FIELDS: &[&str] = &[
     "shutdownGracePeriod",
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
+    TRACING_ENDPOINT,
+    TRACING_SAMPLING_RATE,
+    "terminationTimelines",
 ];
 
 /// Known field names, for errors about a key that is not a field.
@@ -402,6 +499,11 @@ pub struct Settings {
     pub node_affinity_settle: Duration,
     /// The eviction sources decide and report only.
     pub eviction_dry_run: bool,
+    /// OpenTelemetry trace export (the kubelet's `tracing`); `None`: none, nothing started.
+    pub tracing: Option<crate::otel::TracingConfig>,
+    /// Finished terminations whose timelines the agent keeps (`reaplet pods --timeline`);
+    /// every pod still terminating has one as well.
+    pub termination_timelines: usize,
 }
 
 /// The default metrics and status address (loopback only).
@@ -562,6 +664,12 @@ fn resolve_over(
         kube_api_burst: positive_u32("kubeAPIBurst", raw.kube_api_burst, 200)?,
         event_qps: positive_f64("eventRecordQPS", raw.event_qps, 10.0)?,
         event_burst: positive_u32("eventBurst", raw.event_burst, 50)?,
+        termination_timelines: values::at_most_u32(
+            "terminationTimelines",
+            raw.termination_timelines,
+            crate::timeline::DEFAULT_KEEP as u32,
+            100_000,
+        )? as usize,
         metrics_bind_address,
         log_format,
         volume_unmount_timeout: duration(
@@ -624,6 +732,7 @@ fn resolve_over(
             Duration::ZERO,
         )?,
         eviction_dry_run: boolean("evictionDryRun", raw.eviction_dry_run, false)?,
+        tracing: tracing_settings(raw.tracing_endpoint, raw.tracing_sampling_rate_per_million)?,
     })
 }
 

@@ -36,6 +36,7 @@ pub const INVALID: &[(&str, &str)] = &[
     ("kubeAPIBurst", "0"),
     ("eventRecordQPS", "many"),
     ("eventBurst", "-1"),
+    ("terminationTimelines", "100001"),
     ("metricsBindAddress", "localhost"),
     ("logFormat", "xml"),
     ("volumeUnmountTimeout", "0s"),
@@ -57,6 +58,8 @@ pub const INVALID: &[(&str, &str)] = &[
         "shutdownGracePeriodByPodPriority",
         "[{\"priority\": 1, \"shutdownGracePeriodSeconds\": -1}]",
     ),
+    ("tracing.endpoint", "https://collector:4317"),
+    ("tracing.samplingRatePerMillion", "1000001"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -78,6 +81,7 @@ fn set(field: &str, v: &str) -> RawSettings {
         "kubeAPIBurst" => r.kube_api_burst = v,
         "eventRecordQPS" => r.event_qps = v,
         "eventBurst" => r.event_burst = v,
+        "terminationTimelines" => r.termination_timelines = v,
         "metricsBindAddress" => r.metrics_bind_address = v,
         "logFormat" => r.log_format = v,
         "volumeUnmountTimeout" => r.volume_unmount_timeout = v,
@@ -96,6 +100,8 @@ fn set(field: &str, v: &str) -> RawSettings {
         "shutdownGracePeriod" => r.shutdown_grace_period = v,
         "shutdownGracePeriodCriticalPods" => r.shutdown_grace_period_critical_pods = v,
         "shutdownGracePeriodByPodPriority" => r.shutdown_grace_period_by_pod_priority = v,
+        "tracing.endpoint" => r.tracing_endpoint = v,
+        "tracing.samplingRatePerMillion" => r.tracing_sampling_rate_per_million = v,
         _ => panic!("unknown field {field}"),
     }
     r
@@ -451,4 +457,194 @@ fn shutdown_settings_from_reaplets_file_flags_and_the_kubelets() {
         load(RawSettings::default(), Some(&bad)).unwrap_err().field,
         "shutdownGracePeriodByPodPriority"
     );
+}
+
+fn tracing(endpoint: &str, rate: u32) -> Option<crate::otel::TracingConfig> {
+    Some(crate::otel::TracingConfig {
+        endpoint: endpoint.into(),
+        sampling_rate_per_million: rate,
+    })
+}
+
+/// The kubelet's `tracing` (`TracingConfiguration`): off unless a field is set; the kubelet's
+/// defaults (`localhost:4317`, rate 0) for the other; its bounds.
+#[test]
+fn tracing_settings_default_and_validate_as_the_kubelets() {
+    assert_eq!(resolve(raw()).unwrap().tracing, None, "off by default");
+    let s = resolve(set("tracing.samplingRatePerMillion", "100")).unwrap();
+    assert_eq!(s.tracing, tracing("http://localhost:4317", 100));
+    let s = resolve(set("tracing.endpoint", "otel-collector.monitoring:4317")).unwrap();
+    assert_eq!(
+        s.tracing,
+        tracing("http://otel-collector.monitoring:4317", 0),
+        "an endpoint without a scheme gets http://; the rate defaults to 0"
+    );
+    for (v, rate) in [("0", 0), ("1000000", 1_000_000), (" 42 ", 42)] {
+        let s = resolve(set("tracing.samplingRatePerMillion", v)).unwrap();
+        assert_eq!(s.tracing.unwrap().sampling_rate_per_million, rate, "{v:?}");
+    }
+    for v in ["-1", "1000001", "2.5", "all", "", "4294967296"] {
+        let e = resolve(set("tracing.samplingRatePerMillion", v)).unwrap_err();
+        assert_eq!(e.field, "tracing.samplingRatePerMillion", "{v:?}: {e}");
+    }
+    for v in [
+        "",
+        "collector",
+        "https://collector:4317",
+        "http://collector:4317/v1/traces",
+        "collector:port",
+    ] {
+        let e = resolve(set("tracing.endpoint", v)).unwrap_err();
+        assert_eq!(e.field, "tracing.endpoint", "{v:?}: {e}");
+        assert!(e.to_string().contains("tracing.endpoint"), "{e}");
+    }
+}
+
+#[test]
+fn tracing_in_reaplets_own_file_is_the_kubelets_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |text: &str| {
+        let f = write(dir.path(), "c.yaml", text);
+        RawSettings::from_file(&f)
+    };
+    let r = read("tracing:\n  endpoint: 127.0.0.1:4317\n  samplingRatePerMillion: 250\n").unwrap();
+    assert_eq!(r.tracing_endpoint.as_deref(), Some("127.0.0.1:4317"));
+    assert_eq!(r.tracing_sampling_rate_per_million.as_deref(), Some("250"));
+    assert_eq!(
+        resolve(r).unwrap().tracing,
+        tracing("http://127.0.0.1:4317", 250)
+    );
+    let r = read("tracing:\n  samplingRatePerMillion: \"10\"\n").unwrap();
+    assert_eq!(
+        resolve(r).unwrap().tracing,
+        tracing("http://localhost:4317", 10)
+    );
+    assert_eq!(read("tracing: ~\n").unwrap(), RawSettings::default());
+    assert_eq!(
+        resolve(read("tracing: {}\n").unwrap()).unwrap().tracing,
+        None
+    );
+    for (text, field) in [
+        ("tracing: localhost:4317\n", "tracing"),
+        ("tracing:\n  endpiont: localhost:4317\n", "tracing"),
+        ("tracing:\n  endpoint: [a]\n", "tracing.endpoint"),
+        ("tracing:\n  endpoint: 4317\n", "tracing.endpoint"),
+        (
+            "tracing:\n  samplingRatePerMillion: [1]\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        (
+            "tracing:\n  samplingRatePerMillion: true\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        // the flat names are the flags' and the environment's, never the file's
+        ("tracingEndpoint: localhost:4317\n", "config"),
+    ] {
+        let e = read(text).unwrap_err();
+        assert_eq!(e.field, field, "{text:?}: {e}");
+    }
+    for (text, field) in [
+        (
+            "tracing:\n  samplingRatePerMillion: -5\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        (
+            "tracing:\n  samplingRatePerMillion: 1.5\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        ("tracing:\n  endpoint: https://c:4317\n", "tracing.endpoint"),
+    ] {
+        let e = resolve(read(text).unwrap()).unwrap_err();
+        assert_eq!(e.field, field, "{text:?}: {e}");
+    }
+}
+
+/// Each of `tracing`'s fields layered on its own: flags > environment > reaplet's file > the
+/// kubelet's file; the kubelet's values are validated naming its field and file.
+#[test]
+fn tracing_from_the_kubelets_file_below_reaplets_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kubelet = write(
+        d,
+        "kubelet.yaml",
+        &format!(
+            "{KUBELET_HEADER}tracing:\n  endpoint: otel.monitoring:4317\n  samplingRatePerMillion: 100\n"
+        ),
+    );
+    let l = load(RawSettings::default(), Some(&kubelet)).unwrap();
+    assert_eq!(
+        l.settings.tracing,
+        tracing("http://otel.monitoring:4317", 100)
+    );
+    let used = l.kubelet.unwrap().used;
+    assert!(
+        used.contains(&"tracing.endpoint") && used.contains(&"tracing.samplingRatePerMillion"),
+        "{used:?}"
+    );
+    let own = write(
+        d,
+        "reaplet.yaml",
+        &format!(
+            "kubeletConfig: {}\ntracing:\n  samplingRatePerMillion: 1000000\n",
+            kubelet.display()
+        ),
+    );
+    let l = load(RawSettings::default(), Some(&own)).unwrap();
+    assert_eq!(
+        l.settings.tracing,
+        tracing("http://otel.monitoring:4317", 1_000_000),
+        "the rate from reaplet's file, the endpoint from the kubelet's"
+    );
+    let flags = RawSettings {
+        tracing_endpoint: Some("http://127.0.0.1:14317".into()),
+        ..raw()
+    };
+    let l = load(flags, Some(&own)).unwrap();
+    assert_eq!(
+        l.settings.tracing,
+        tracing("http://127.0.0.1:14317", 1_000_000)
+    );
+    // the kubelet's zero values are unset: no tracing
+    let zero = write(
+        d,
+        "zero.yaml",
+        &format!(
+            "{KUBELET_HEADER}tracing:\n  endpoint: \"\"\n  samplingRatePerMillion: 0\n  extra: 1\n"
+        ),
+    );
+    let l = load(RawSettings::default(), Some(&zero)).unwrap();
+    assert_eq!(l.settings.tracing, None);
+    assert_eq!(l.kubelet.unwrap().ignored, ["tracing.extra"]);
+    // the kubelet's invalid values name its field and file, unless reaplet's settings win
+    for (text, field) in [
+        (
+            "tracing:\n  samplingRatePerMillion: 2000000\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        (
+            "tracing:\n  samplingRatePerMillion: -1\n",
+            "tracing.samplingRatePerMillion",
+        ),
+        (
+            "tracing:\n  endpoint: https://otel:4317\n",
+            "tracing.endpoint",
+        ),
+        ("tracing:\n  endpoint: otel\n", "tracing.endpoint"),
+        ("tracing: [a]\n", "tracing"),
+    ] {
+        let f = write(d, "bad.yaml", &format!("{KUBELET_HEADER}{text}"));
+        let e = load(RawSettings::default(), Some(&f)).unwrap_err();
+        assert_eq!(e.field, field, "{text:?}: {e}");
+        assert!(e.to_string().contains("bad.yaml"), "names the file: {e}");
+        if field != "tracing" && !text.contains("-1") {
+            let flags = RawSettings {
+                tracing_endpoint: Some("127.0.0.1:4317".into()),
+                tracing_sampling_rate_per_million: Some("5".into()),
+                ..raw()
+            };
+            let l = load(flags, Some(&f)).unwrap();
+            assert_eq!(l.settings.tracing, tracing("http://127.0.0.1:4317", 5));
+        }
+    }
 }

@@ -120,6 +120,23 @@ pub(super) fn positive_u32(
 
 /// `v` parsed as `what` (`default` when unset), and within the bound `ok`: else `out_of_bound`
 /// (given `v`) says why.
+/// A whole number from 0 to `max`.
+pub(super) fn at_most_u32(
+    field: &'static str,
+    v: Option<String>,
+    default: u32,
+    max: u32,
+) -> Result<u32, ConfigError> {
+    bounded_number(
+        field,
+        v,
+        default,
+        "a whole number",
+        |x| *x <= max,
+        |_| format!("must be at most {max}"),
+    )
+}
+
 fn bounded_number<T: std::str::FromStr>(
     field: &'static str,
     v: Option<String>,

@@ -255,7 +255,12 @@ impl Runtime for FakeRuntime {
             state: c.state,
             exit_code: *code,
             started_at: 1,
-            finished_at: 2,
+            // an exit is read as happening now (after any termination that asks)
+            finished_at: if c.state == crate::cri::ContainerRunState::Exited {
+                crate::wall_ns()
+            } else {
+                0
+            },
             reason: String::new(),
         })
     }

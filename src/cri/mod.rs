@@ -88,15 +88,6 @@ impl CriError {
         matches!(self, CriError::NotFound { .. })
     }
 
-    /// The call never reached the runtime (the endpoint refused it: containerd down or
-    /// restarting).
-    pub fn never_reached_runtime(&self) -> bool {
-        matches!(
-            self,
-            CriError::Endpoint { .. } | CriError::Unavailable { .. }
-        )
-    }
-
     /// The runtime itself answered the call (with an error status): it received the request.
     /// Refused or unanswered calls (unavailable, our deadline) may never have reached it.
     pub fn runtime_answered(&self) -> bool {

@@ -10,12 +10,14 @@
 //!   [`evict`]: evictions wave by wave (429: after the server's `Retry-After`, else 5 s, with
 //!   the budget named), waiting for each pod to go, `--timeout`, Ctrl-C (stops issuing
 //!   evictions, the node stays cordoned); [`progress`]: a live table on a terminal, plain
-//!   lines otherwise, one JSON document on request.
+//!   lines otherwise, one JSON document on request;
+//! * [`cli`]: the two commands' flags, the operator's credentials and the exit codes.
 //!
 //! Invariants: nothing is evicted before the plan is printed; `--dry-run` writes nothing (not
 //! even the cordon); a pod is evicted with a UID precondition, so a pod recreated under its
 //! name is never touched.
 
+pub mod cli;
 pub mod evict;
 pub mod plan;
 pub mod pods;

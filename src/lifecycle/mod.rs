@@ -64,6 +64,19 @@ impl KillReason {
         }
     }
 
+    /// Who asked, for a termination's timeline: the API, an eviction source of this node,
+    /// the runtime (orphans, completed containers), the manifest directory, or reaplet itself
+    /// (a requested kill: shutdown, preemption).
+    pub fn source(&self) -> &'static str {
+        match self {
+            Self::Deleted | Self::TerminalPhase | Self::ObjectGone => "api",
+            Self::Completed | Self::Orphan => "runtime",
+            Self::ManifestRemoved => "manifest",
+            Self::Evicted(source) => source.as_str(),
+            Self::Requested { .. } => "node",
+        }
+    }
+
     /// The reason of the `DisruptionTarget` condition this kill implies for the terminal
     /// status, if any (the API server writes its own for evictions and deletions).
     pub fn disruption_target(&self) -> Option<&str> {

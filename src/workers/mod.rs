@@ -49,6 +49,8 @@ mod own_pod_tests;
 mod resume_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timeline_tests;
 
 use crate::authority::Authority;
 use crate::cgroups::CgroupManager;
@@ -109,6 +111,9 @@ pub struct PipelineConfig {
     /// stopped for another reason than its API deletion, which is the kubelet's while one holds
     /// the node, and otherwise ends it last and status first ([`own_pod`]).
     pub own_pod: Option<PodUid>,
+    /// Finished terminations whose timelines are kept (`terminationTimelines`); every pod
+    /// still terminating has one as well ([`crate::timeline`]).
+    pub termination_timelines: usize,
 }
 
 /// Whose the static pods the runtime runs are: which of them a relist may take for orphans.
@@ -144,6 +149,7 @@ impl Default for PipelineConfig {
             own_pod: None,
             orphan_min_age: Duration::from_secs(120),
             runtime_unhealthy_after: Duration::from_secs(30),
+            termination_timelines: crate::timeline::DEFAULT_KEEP,
         }
     }
 }
@@ -308,6 +314,8 @@ struct Inner<R> {
     own_wake: Notify,
     status: OnceLock<Arc<dyn StatusSink>>,
     metrics: OnceLock<Arc<Metrics>>,
+    /// Every termination's steps ([`crate::timeline`]).
+    timelines: Arc<crate::timeline::Timelines>,
     /// The housekeeping loop's last beat (ms since `started`), for `/healthz` and the
     /// watchdog: it beats every [`runtime_health::BEAT`] while it waits and while a relist runs,
     /// never waiting on the runtime for it.
@@ -346,8 +354,10 @@ impl<R: Runtime> PodWorkers<R> {
         cancel: CancellationToken,
         tracker: TaskTracker,
     ) -> Self {
+        let timelines = crate::timeline::Timelines::new(config.termination_timelines);
         Self {
             inner: Arc::new(Inner {
+                timelines,
                 runtime,
                 cgroups,
                 config,
@@ -384,6 +394,11 @@ impl<R: Runtime> PodWorkers<R> {
     /// Connects the status manager. Call before feeding pods; a second call is ignored.
     pub fn set_status_sink(&self, sink: Arc<dyn StatusSink>) {
         let _ = self.inner.status.set(sink);
+    }
+
+    /// The terminations' timelines (for the status endpoint and the status manager).
+    pub fn timelines(&self) -> Arc<crate::timeline::Timelines> {
+        self.inner.timelines.clone()
     }
 
     /// Every source has delivered a complete list (orphans are being judged).

@@ -133,7 +133,6 @@ async fn a_forward_wall_clock_step_never_shortens_a_resumed_stop() {
     let stop = crate::records::StopRecord {
         deadline: stepped,
         answered: true,
-        resent: false,
     };
     recorded(&r, "p4", stop);
     r.workers.upsert(resumed(&p, 30, 20));
@@ -155,7 +154,6 @@ async fn a_resumed_deadline_survives_later_updates_of_the_object() {
     let stop = crate::records::StopRecord {
         deadline: crate::deadline::Stamp::now().plus_ms(-60_000),
         answered: true,
-        resent: false,
     };
     recorded(&r, "p9", stop);
     r.workers.upsert(resumed(&p, 30, -60));
@@ -166,4 +164,50 @@ async fn a_resumed_deadline_survives_later_updates_of_the_object() {
         stops.iter().all(|(t, _)| *t == 0),
         "past the deadline every stop is an immediate SIGKILL: {stops:?}"
     );
+}
+
+/// A stop sent again after one restart (recorded `resent`) and never answered either: reaplet
+/// was SIGKILLed twice between recording a stop and the runtime taking it (CI's crash test saw
+/// a TERM-trapping container exit 137 with no SIGTERM in containerd's log). Past its deadline
+/// it is still a SIGTERM with the floor: no answer means no SIGTERM may have gone out yet.
+#[tokio::test(start_paused = true)]
+async fn a_resent_stop_never_answered_is_still_a_sigterm_past_its_deadline() {
+    let p = api_pod("p10", 5);
+    let r = running(&p);
+    let stop = crate::records::StopRecord {
+        deadline: crate::deadline::Stamp::now().plus_ms(-1_000),
+        answered: false,
+    };
+    recorded(&r, "p10", stop);
+    r.workers.upsert(resumed(&p, 5, -1));
+    until(&r.workers, "p10", PodPhase::Finished).await;
+    let stops = r.rt.stops_of("p10-app");
+    assert_eq!(
+        stops.first().map(|s| s.0),
+        Some(crate::grace::MIN_CONTAINER_GRACE),
+        "SIGTERM with the floor, not a bare SIGKILL: {stops:?}"
+    );
+}
+
+/// The other side of the case above: a stop in flight for a second reached the runtime (which
+/// signals as it takes it), so the record says answered and a restart from then on continues
+/// to its deadline instead of granting another floor.
+#[tokio::test(start_paused = true)]
+async fn a_stop_in_flight_for_a_second_is_recorded_as_answered() {
+    let p = api_pod("p11", 30);
+    let r = running(&p);
+    r.workers.upsert(deleted(&p, 30));
+    let record = crate::records::RecordFile::for_pod(
+        &r.workers.inner.config.root_dir,
+        &PodUid::parse("p11").unwrap(),
+    );
+    let answered = || record.load().stops.get("p11-app").map(|s| s.answered);
+    let t0 = Instant::now();
+    while answered().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(1), "no stop recorded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(answered(), Some(false), "recorded before it is sent");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(answered(), Some(true), "in flight for a second: answered");
 }

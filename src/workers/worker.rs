@@ -25,6 +25,7 @@ use crate::metrics::{Metrics, OpLabel};
 use crate::pod::PodInfo;
 use crate::records::RecordFile;
 use crate::status::ContainerFinal;
+use crate::timeline::{Recorder, Step as TlStep};
 use crate::volumes;
 use futures_util::future::BoxFuture;
 use rand::Rng;
@@ -83,6 +84,8 @@ struct Worker<R> {
     /// The volumes outlived `volumeUnmountTimeout` and were reported: the pod is skipped
     /// (not deleted, its cgroup kept) and only rechecked once per retry.
     volumes_skipped: bool,
+    /// The termination's timeline (none until a reason to end the pod arrives).
+    tl: Recorder,
 }
 
 /// The owner task of one pod UID.
@@ -115,6 +118,7 @@ pub(super) async fn worker_loop<R: Runtime>(
         finished: false,
         volumes: Arc::default(),
         volumes_skipped: false,
+        tl: Recorder::none(),
     };
     let cancel = w.inner.cancel.clone();
     // a kill held by the authority check retries at once when the agent becomes active
@@ -213,6 +217,7 @@ impl<R: Runtime> Worker<R> {
                     sandboxes = rep.sandboxes_stopped,
                     "pod containers and sandboxes stopped"
                 );
+                self.tl.record(None, TlStep::ContainersStopped);
                 self.finals = rep.finals.clone();
             }
             // a standby refusal is not a failure worth an event, nor a retry timer: the worker
@@ -223,6 +228,12 @@ impl<R: Runtime> Worker<R> {
             }
             Err(e) => {
                 tracing::warn!(err = %e, "killing pod failed; will retry");
+                self.tl.record(
+                    None,
+                    TlStep::KillFailed {
+                        error: e.to_string(),
+                    },
+                );
                 self.event(
                     EventReason::FailedKillPod,
                     format!("error killing pod: {e}"),
@@ -246,6 +257,7 @@ impl<R: Runtime> Worker<R> {
             })) => {
                 if !self.volumes_skipped {
                     self.volumes_skipped = true;
+                    self.tl.record(None, TlStep::VolumesDone { ok: false });
                     tracing::warn!(waitedMs = waited.as_millis() as u64,
                         volumes = %volumes::list(held),
                         "pod volumes still there past the unmount timeout; the pod is skipped and not deleted");
@@ -260,6 +272,9 @@ impl<R: Runtime> Worker<R> {
                 }
             }
             Err(e) => tracing::warn!(stage = ?stage, err = %e, "pod cleanup failed; will retry"),
+            Ok(()) if stage == CleanupStage::Volumes && !self.volumes_skipped => {
+                self.tl.record(None, TlStep::VolumesDone { ok: true })
+            }
             Ok(()) => {}
         }
         vec![Input::CleanupDone {
@@ -289,11 +304,19 @@ impl<R: Runtime> Worker<R> {
     fn apply(&mut self, input: Input) {
         let before = self.m.lifecycle.phase();
         let known = self.m.reasons.len();
+        let held = self.m.grace;
+        let grace_override = match &input {
+            Input::Kill { grace_override, .. } => *grace_override,
+            _ => None,
+        };
         let effects = lifecycle::step(&mut self.m, input, Instant::now());
         let after = self.m.lifecycle.phase();
         if known > 0 && self.m.reasons.len() > known {
             let all: Vec<&str> = self.m.reasons.iter().map(KillReason::as_str).collect();
             tracing::info!(reasons = ?all, gracePeriod = self.m.grace, "another reason to end the pod");
+        }
+        if self.m.reasons.len() > known {
+            self.reasons_to_timeline(known, held, grace_override);
         }
         if after != before {
             self.transition(before, after);
@@ -322,6 +345,7 @@ impl<R: Runtime> Worker<R> {
                 }
                 Effect::Finished => {
                     self.memory.forget();
+                    self.inner.timelines.finish(&self.pod.uid);
                     if let Some(sink) = self.inner.status.get() {
                         sink.pod_finished(&self.pod);
                     }
@@ -329,6 +353,44 @@ impl<R: Runtime> Worker<R> {
                     self.finished = true;
                 }
             }
+        }
+    }
+
+    /// Records the reasons from `known` on in the timeline (starting it with the first), with
+    /// the grace they left and where it came from.
+    fn reasons_to_timeline(
+        &mut self,
+        known: usize,
+        held: Option<i64>,
+        grace_override: Option<i64>,
+    ) {
+        if !self.tl.is_on() {
+            self.tl =
+                self.inner
+                    .timelines
+                    .start(&self.pod.uid, &self.pod.namespace, &self.pod.name);
+        }
+        let (g, from) = grace::effective_grace_from(
+            held,
+            self.m.deletion_grace,
+            grace_override,
+            self.m.spec_grace,
+        );
+        for r in &self.m.reasons[known..] {
+            let detail = match r {
+                KillReason::Requested { message, .. } => Some(message.clone()),
+                _ => None,
+            };
+            self.tl.record(
+                None,
+                TlStep::Reason {
+                    reason: r.as_str().into(),
+                    source: r.source().into(),
+                    grace: self.m.grace.unwrap_or(g),
+                    grace_from: from,
+                    detail,
+                },
+            );
         }
     }
 
@@ -374,6 +436,7 @@ impl<R: Runtime> Worker<R> {
         if let Err(e) = self.inner.authority.check(&self.pod.uid, reason) {
             if !self.held {
                 tracing::info!(err = %e, "kill held: this agent is in standby");
+                self.tl.record(None, TlStep::KillHeld);
             }
             self.retry = None;
             self.kill = Some(Box::pin(async move {
@@ -417,6 +480,17 @@ impl<R: Runtime> Worker<R> {
         let mut pod = self.pod.clone();
         pod.kill_deadline = Deadline::earliest(pod.kill_deadline, retry_deadline);
         let memory = self.memory.clone();
+        self.tl.record(
+            None,
+            TlStep::KillStarted {
+                attempt: generation,
+                grace,
+            },
+        );
+        if let Some(d) = Deadline::earliest(pod.kill_deadline, self.m.kill_deadline()) {
+            self.tl.deadline(d.at);
+        }
+        let tl = self.tl.clone();
         // a naturally completed pod's terminal status goes out as soon as its
         // containers are known stopped, before the sandbox teardown (the status
         // manager never sends a terminal phase twice: the report at KillComplete
@@ -436,6 +510,7 @@ impl<R: Runtime> Worker<R> {
                 grace,
                 &memory,
                 early,
+                &tl,
             )
             .await;
             (generation, r)
@@ -454,6 +529,10 @@ impl<R: Runtime> Worker<R> {
         };
         let state = self.volumes.clone();
         let (namespace, name) = (self.pod.namespace.clone(), self.pod.name.clone());
+        if stage == CleanupStage::Volumes && !skipped {
+            self.tl.record(None, TlStep::VolumesStarted);
+        }
+        let tl = self.tl.clone();
         self.cleanup = Some(Box::pin(async move {
             let t = Instant::now();
             let r = match stage {
@@ -504,7 +583,14 @@ impl<R: Runtime> Worker<R> {
                             removedDirs = rep.removed_dirs,
                             killedPids = rep.killed_pids,
                             "pod cgroup removed"
-                        )
+                        );
+                        tl.record(
+                            None,
+                            TlStep::CgroupRemoved {
+                                removed_dirs: rep.removed_dirs,
+                                killed_pids: rep.killed_pids,
+                            },
+                        );
                     })
                     .map_err(CleanupError::from),
             };

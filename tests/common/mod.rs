@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 pub mod api_harness;
 pub mod apiserver;
 pub mod mounts;
+pub mod otlp;
 pub mod process;
 pub mod standin;
 pub use process::*;

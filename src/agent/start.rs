@@ -1,0 +1,221 @@
+//! `reaplet run`'s start-up: from the resolved settings to the agent's configuration, what the
+//! kubelet's `cmd/kubelet/app/server.go` does between its flags and `Kubelet.Run` (the node
+//! name from `--hostname-override` or the host, the cgroup driver from the runtime, systemd's
+//! notify socket and watchdog), and the agent run under the stop signals.
+//!
+//! Invariants:
+//! * a stop (SIGTERM, SIGINT) during start-up, say while the runtime does not answer, ends
+//!   `run` at once with no pod touched ([`run`]);
+//! * the node name is `--hostname-override`, else the host name lower-cased, as the kubelet's
+//!   `nodeutil.GetHostname`;
+//! * `$WATCHDOG_USEC` counts only when `$WATCHDOG_PID` is unset or names this process.
+
+use super::AgentConfig;
+use crate::config::Settings;
+use crate::cri::{CriConfig, CriError};
+use crate::workers::PipelineConfig;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The target of start-up's log lines: the binary's, as they always had, so the lines read the
+/// same and `RUST_LOG` directives naming it keep matching.
+const LOG_TARGET: &str = crate::logs::BINARY_TARGET;
+
+/// The host name could not be read (`/proc/sys/kernel/hostname`).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the host name")]
+pub struct HostNameError(#[source] pub std::io::Error);
+
+/// Why the agent's configuration could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    HostName(#[from] HostNameError),
+    /// The runtime client, needed to ask the runtime its cgroup driver.
+    #[error(transparent)]
+    Runtime(#[from] CriError),
+}
+
+/// Why `reaplet run` ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Agent(#[from] super::AgentError),
+}
+
+impl RunError {
+    /// The API server refused the credentials for too long
+    /// ([`super::AgentError::CredentialsRejected`]): a restart reads them again.
+    pub fn credentials_rejected(&self) -> bool {
+        matches!(
+            self,
+            RunError::Agent(super::AgentError::CredentialsRejected(_))
+        )
+    }
+}
+
+/// This host's name, lower-cased.
+pub fn host_name() -> Result<String, HostNameError> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").map_err(HostNameError)?;
+    Ok(h.trim().to_lowercase())
+}
+
+/// The node: `--hostname-override`, else the host name.
+pub fn node_name(s: &Settings) -> Result<String, HostNameError> {
+    match &s.hostname_override {
+        Some(n) => Ok(n.clone()),
+        None => host_name(),
+    }
+}
+
+/// Runs the agent until `cancel`; a stop during start-up (a runtime that does not answer,
+/// say) ends it at once, with no pod touched.
+pub async fn run(
+    s: Settings,
+    kube: Option<kube::Config>,
+    cancel: CancellationToken,
+) -> Result<(), RunError> {
+    let cfg = tokio::select! {
+        _ = cancel.cancelled() => {
+            tracing::info!(
+                target: LOG_TARGET,
+                "stopped during start-up: pods are left running"
+            );
+            return Ok(());
+        }
+        cfg = agent_config(s, kube) => cfg?,
+    };
+    super::run(cfg, cancel).await?;
+    Ok(())
+}
+
+/// The agent's configuration: the settings, plus what start-up finds out (the node name,
+/// the cgroup driver from the runtime, systemd's watchdog).
+pub async fn agent_config(
+    s: Settings,
+    kube: Option<kube::Config>,
+) -> Result<AgentConfig, StartError> {
+    let node_name = node_name(&s)?;
+    if kube.is_none() {
+        tracing::info!(
+            target: LOG_TARGET,
+            "no API credentials: running from the manifest directory alone"
+        );
+    }
+    let runtime = CriConfig {
+        endpoint: s.container_runtime_endpoint.clone(),
+        request_timeout: s.runtime_request_timeout,
+    };
+    let cgroup_driver = match s.cgroup_driver {
+        Some(d) => d,
+        None => {
+            let client = crate::cri::CriClient::new(&runtime)?;
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let h = crate::cgroups::hierarchies(&crate::volumes::parse_mountinfo(&mounts));
+            let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+            let (d, how) = super::detect_cgroup_driver(&client, &h, systemd).await;
+            tracing::info!(target: LOG_TARGET, driver = ?d, how, "cgroup driver detected");
+            d
+        }
+    };
+    let watchdog = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|_| {
+            std::env::var("WATCHDOG_PID").map_or(true, |p| p == std::process::id().to_string())
+        })
+        .map(Duration::from_micros);
+    let standalone = s.pod_manifest_path.is_some();
+    let cfg = AgentConfig {
+        node_name,
+        runtime,
+        cgroup_driver,
+        cgroup_root: s.cgroup_root,
+        pod_manifest_path: s.pod_manifest_path,
+        kubelet_static_pod_path: s.kubelet_static_pod_path,
+        own_pod: crate::self_pod::detect().map(|(uid, how)| {
+            tracing::info!(
+                target: LOG_TARGET,
+                podUID = %uid,
+                from = how.as_str(),
+                "found reaplet's own pod"
+            );
+            uid
+        }),
+        file_check_frequency: s.file_check_frequency,
+        kube,
+        api_qps: s.kube_api_qps,
+        api_burst: s.kube_api_burst,
+        event_qps: s.event_qps,
+        event_burst: s.event_burst,
+        status_resync: Duration::from_secs(10),
+        pipeline: PipelineConfig {
+            root_dir: s.root_dir,
+            volume_wait: s.volume_unmount_timeout,
+            relist_period: s.relist_period,
+            relist_period_with_events: s.relist_period_with_events,
+            container_events: s.container_events,
+            termination_timelines: s.termination_timelines,
+            ..PipelineConfig::default()
+        },
+        shutdown_timeout: Duration::from_secs(5),
+        credentials_grace: Duration::from_secs(300),
+        metrics_bind_address: Some(s.metrics_bind_address),
+        notify_socket: std::env::var("NOTIFY_SOCKET").ok(),
+        watchdog,
+        // pod slices are systemd units only when systemd runs the host
+        systemd_bus: std::path::Path::new("/run/systemd/system")
+            .is_dir()
+            .then(|| crate::systemd::SYSTEM_BUS.into()),
+        authority: s.authority,
+        kubelet_healthz_url: s.kubelet_healthz_url,
+        takeover_after: s.takeover_after,
+        standby_poll: Duration::from_secs(2),
+        eviction: crate::eviction::EvictionConfig {
+            // a standalone node (primary, running its own static pods) has no controller
+            // manager to do it; on a cluster node the controller manager does
+            taint_manager: s
+                .enable_taint_manager
+                .unwrap_or(s.authority == crate::standby::AuthoritySetting::Primary && standalone),
+            node_affinity: s
+                .enforce_node_affinity
+                .then(|| crate::eviction::AffinityConfig {
+                    namespaces: s.node_affinity_namespaces.clone(),
+                    selector: s.node_affinity_selector.clone(),
+                    settle: s.node_affinity_settle,
+                }),
+            dry_run: s.eviction_dry_run,
+            // set by the agent from its own pod
+            own_pod: None,
+        },
+        shutdown: crate::shutdown::ShutdownConfig::new(s.shutdown.clone()),
+    };
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::AgentError;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_read_as_their_cause_and_rejected_credentials_are_told_apart() {
+        let rejected = RunError::from(AgentError::CredentialsRejected(Duration::from_secs(300)));
+        assert!(rejected.credentials_rejected());
+        assert_eq!(
+            rejected.to_string(),
+            AgentError::CredentialsRejected(Duration::from_secs(300)).to_string()
+        );
+        assert!(!RunError::from(AgentError::NoSource).credentials_rejected());
+        // the binary prints the chain (`{:#}`): the cause once, then its source
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = RunError::from(StartError::from(HostNameError(io)));
+        assert!(!e.credentials_rejected());
+        assert_eq!(e.to_string(), "reading the host name");
+        assert_eq!(e.source().unwrap().to_string(), "entity not found");
+        assert!(e.source().unwrap().source().is_none());
+    }
+}

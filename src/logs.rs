@@ -1,0 +1,123 @@
+//! `reaplet run`'s logs: the kubelet's `logs.InitLogs` and `--logging-format` (component-base
+//! `logs`), on `tracing`. Formats: text (colours only on a terminal), json (one object per line,
+//! the event's fields at the top level) and journald (`<N>` syslog level prefixes, no timestamp:
+//! journald adds its own); `auto` is journald when systemd gives the journal as stderr
+//! (`$JOURNAL_STREAM`), else text. The filter is `$RUST_LOG`, else `info`.
+//!
+//! Invariants:
+//! * logs go to stderr only; stdout is the commands' output;
+//! * a write error (EPIPE on a closed stderr) drops the line, never panics: the default reports
+//!   it with `eprintln!`, which panics on that same stderr, in whichever task logged;
+//! * the subscriber is a registry with layers ([`init_logs`]: the filter, then [`fmt_layer`]),
+//!   so another layer (trace export) is added beside the format without changing its output.
+
+use crate::config::{Loaded, LogFormat};
+use tracing::Subscriber;
+use tracing_subscriber::Layer;
+use tracing_subscriber::fmt::format::{Format, Full, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The log target of the lines `reaplet run` writes about its own start (the binary crate's
+/// name, where they were first written): text and journald lines show it, json has it as
+/// `target`, and `RUST_LOG` directives select by it.
+pub const BINARY_TARGET: &str = "reaplet";
+
+/// Writes `<N>` syslog level prefixes (journald reads them from stderr), then the event.
+pub struct JournaldFormat(pub Format<Full, ()>);
+
+impl<S, N> FormatEvent<S, N> for JournaldFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let prio = match *event.metadata().level() {
+            tracing::Level::ERROR => 3,
+            tracing::Level::WARN => 4,
+            tracing::Level::INFO => 6,
+            _ => 7,
+        };
+        write!(writer, "<{prio}>")?;
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
+/// `auto` resolved: journald when systemd gives the journal as stderr, else text.
+pub fn resolve(format: LogFormat) -> LogFormat {
+    match format {
+        LogFormat::Auto if std::env::var_os("JOURNAL_STREAM").is_some() => LogFormat::Journald,
+        LogFormat::Auto => LogFormat::Text,
+        f => f,
+    }
+}
+
+/// The filter: `$RUST_LOG`, else `info`.
+pub fn filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())
+}
+
+/// The formatting layer, writing to stderr in `format` (`auto` is resolved here).
+pub fn fmt_layer<S>(format: LogFormat) -> Box<dyn Layer<S> + Send + Sync + 'static>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    use std::io::IsTerminal;
+    // a write error drops the line (see the module's invariants)
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
+    match resolve(format) {
+        LogFormat::Json => layer.json().flatten_event(true).boxed(),
+        LogFormat::Journald => layer
+            .with_ansi(false)
+            .event_format(JournaldFormat(
+                tracing_subscriber::fmt::format().without_time(),
+            ))
+            .boxed(),
+        _ => layer.with_ansi(std::io::stderr().is_terminal()).boxed(),
+    }
+}
+
+/// Installs the global subscriber: the registry, the filter, the format. Panics if one is
+/// already installed (called once, at start).
+pub fn init_logs(format: LogFormat) {
+    tracing_subscriber::registry()
+        .with(filter())
+        .with(fmt_layer(format))
+        .init();
+}
+
+/// The start-up lines about where the settings came from.
+pub fn log_config(loaded: &Loaded) {
+    if let Some(k) = &loaded.kubelet {
+        tracing::info!(
+            target: BINARY_TARGET,
+            file = %k.path.display(),
+            used = %k.used.join(","),
+            ignored = %k.ignored.join(","),
+            "kubelet configuration read; the fields reaplet does not use are ignored"
+        );
+        if let Some(dir) = &k.static_pod_path {
+            tracing::info!(
+                target: BINARY_TARGET,
+                staticPodPath = %dir.display(),
+                "the kubelet's static pods are the kubelet's: reaplet runs a manifest directory only when podManifestPath names one"
+            );
+        }
+    }
+    if !loaded.settings.cgroups_per_qos {
+        tracing::warn!(
+            target: BINARY_TARGET,
+            "cgroupsPerQOS is false: read but not yet honoured; reaplet still looks for pod \
+             cgroups below kubepods (the kubelet makes none)"
+        );
+    }
+}
