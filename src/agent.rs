@@ -58,6 +58,9 @@ pub struct AgentConfig {
     pub pipeline: PipelineConfig,
     /// How long a stop waits for tasks to wind down.
     pub shutdown_timeout: Duration,
+    /// The metrics registry, when the caller made it first (the trace export counts its
+    /// dropped spans in it); else the agent makes its own.
+    pub metrics: Option<Arc<Metrics>>,
     /// How long every pod list and watch may be refused with 401 before the agent stops with
     /// [`AgentError::CredentialsRejected`] (a restart reads rotated credentials again).
     pub credentials_grace: Duration,
@@ -112,6 +115,7 @@ impl AgentConfig {
                 ..PipelineConfig::default()
             },
             shutdown_timeout: Duration::from_secs(5),
+            metrics: None,
             credentials_grace: Duration::from_secs(300),
             metrics_bind_address: None,
             notify_socket: None,
@@ -277,7 +281,10 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         ),
         None => None,
     };
-    let metrics = Arc::new(Metrics::new());
+    let metrics = cfg
+        .metrics
+        .clone()
+        .unwrap_or_else(|| Arc::new(Metrics::new()));
     let runtime = CriClient::new(&cfg.runtime)?.with_metrics(metrics.clone());
     let runtime_ok = Arc::new(AtomicBool::new(false));
     let naming = CgroupNaming::new(cfg.cgroup_driver, &cfg.cgroup_root)?;

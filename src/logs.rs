@@ -8,8 +8,11 @@
 //! * logs go to stderr only; stdout is the commands' output;
 //! * a write error (EPIPE on a closed stderr) drops the line, never panics: the default reports
 //!   it with `eprintln!`, which panics on that same stderr, in whichever task logged;
-//! * the subscriber is a registry with layers ([`init_logs`]: the filter, then [`fmt_layer`]),
-//!   so another layer (trace export) is added beside the format without changing its output.
+//! * the subscriber is a registry with per-layer filters ([`init`]): the logs ([`fmt_layer`]
+//!   with [`filter`]) never show the termination trace spans ([`crate::timeline::TRACE_TARGET`]),
+//!   and with `tracing` set the OTLP export layer ([`crate::otel`]) sees reaplet's own spans
+//!   down to debug (the CRI calls) whatever `$RUST_LOG` says, but not the long-lived
+//!   `pod_worker` and `pod_status` spans: a termination's `pod_termination` is its trace's root.
 
 use crate::config::{Loaded, LogFormat};
 use tracing::Subscriber;
@@ -86,13 +89,58 @@ where
     }
 }
 
-/// Installs the global subscriber: the registry, the filter, the format. Panics if one is
-/// already installed (called once, at start).
+/// Installs the global subscriber with the logs only. Panics if one is already installed.
 pub fn init_logs(format: LogFormat) {
+    init(format, None);
+}
+
+/// What the trace export layer sees: reaplet's own spans and events down to debug, except the
+/// pod worker's and the status manager's (which outlive a termination).
+fn exported(m: &tracing::Metadata<'_>) -> bool {
+    crate::otel::is_exported_target(m.target())
+        && *m.level() <= tracing::Level::DEBUG
+        && !(m.is_span() && matches!(m.name(), "pod_worker" | "pod_status"))
+}
+
+/// Installs the global subscriber: the logs and, given the kubelet's `tracing` settings, the
+/// OTLP export (the handle stops it; `None` when not configured or it could not start, which
+/// is logged). Panics if a subscriber is already installed (called once, at start).
+pub fn init(
+    format: LogFormat,
+    tracing: Option<(
+        &crate::otel::TracingConfig,
+        crate::otel::SpanDrops,
+        Option<String>,
+    )>,
+) -> Option<crate::otel::TracingHandle> {
+    use tracing_subscriber::filter::filter_fn;
+    let logs = fmt_layer(format)
+        .with_filter(filter())
+        .with_filter(filter_fn(|m| m.target() != crate::timeline::TRACE_TARGET));
+    let built = tracing.map(|(config, drops, host_name)| {
+        let options = crate::otel::ExportOptions {
+            host_name,
+            ..Default::default()
+        };
+        crate::otel::layer(config, drops, options)
+    });
+    let (export, handle, failed) = match built {
+        Some(Ok((layer, handle))) => (
+            Some(layer.with_filter(filter_fn(exported))),
+            Some(handle),
+            None,
+        ),
+        Some(Err(e)) => (None, None, Some(e)),
+        None => (None, None, None),
+    };
     tracing_subscriber::registry()
-        .with(filter())
-        .with(fmt_layer(format))
+        .with(logs)
+        .with(export)
         .init();
+    if let Some(e) = failed {
+        tracing::warn!(target: BINARY_TARGET, err = %e, "OpenTelemetry trace export not started");
+    }
+    handle
 }
 
 /// The start-up lines about where the settings came from.

@@ -19,7 +19,7 @@ use reaplet::agent::start::{self, RunError};
 use reaplet::config::ConfigError;
 use reaplet::config::flags::Flags;
 use reaplet::drain::cli::{self, CliError, DrainCmd, MakeRoomCmd};
-use reaplet::logs::{init_logs, log_config};
+use reaplet::logs::log_config;
 use reaplet::pods_view::{self, PodsArgs};
 use std::io::Write as _;
 use tokio_util::sync::CancellationToken;
@@ -169,13 +169,25 @@ async fn dispatch(command: Command) -> Result<i32> {
             let cancel = CancellationToken::new();
             let stop = stop_on_signals(cancel.clone());
             let (loaded, kube) = flags.load().await.unwrap_or_else(|e| exit_config(e));
-            init_logs(loaded.settings.log_format);
+            // the metrics first: the trace export counts its dropped spans in them
+            let metrics = std::sync::Arc::new(reaplet::metrics::Metrics::new());
+            let s = &loaded.settings;
+            let export = s
+                .tracing
+                .as_ref()
+                .map(|t| (t, metrics.span_drops(), s.hostname_override.clone()));
+            let traces = reaplet::logs::init(s.log_format, export);
             log_config(&loaded);
             match stop {
                 Ok(task) => drop(tokio::spawn(task)),
                 Err(e) => tracing::error!(err = %e, "cannot listen for SIGTERM"),
             }
-            start::run(loaded.settings, kube, cancel).await?;
+            let r = start::run(loaded.settings, kube, metrics, cancel).await;
+            // what is queued goes out (bounded: a stop is never held more than 2 s by it)
+            if let Some(t) = traces {
+                t.shutdown().await;
+            }
+            r?;
             Ok(0)
         }
         Command::Check(flags) => {
@@ -202,7 +214,7 @@ async fn dispatch(command: Command) -> Result<i32> {
         )),
         #[cfg(feature = "testbed")]
         Command::Demo(args) => {
-            init_logs(reaplet::config::LogFormat::Auto);
+            reaplet::logs::init_logs(reaplet::config::LogFormat::Auto);
             let report = reaplet::demo::command(args).await?;
             emit(&report).context("writing the output")?;
             Ok(0)

@@ -199,15 +199,15 @@ pub struct Metrics {
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Metrics")
-    }
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
     }
 }
 

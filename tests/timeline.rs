@@ -136,10 +136,22 @@ async fn timelines_of_a_hook_a_sigkill_and_an_orphan_as_text_json_and_a_rendered
 
     let address = free_address();
     let kcs = kc.display().to_string();
+    // every termination traced, to a collector of the test's own
+    let collector = otlp::OtlpReceiver::start().await;
+    let endpoint = collector.endpoint();
     let mut agent = spawn_reaplet(
         &tb,
         &root.path().join("kubelet"),
-        &["--kubeconfig", &kcs, "--metrics-bind-address", &address],
+        &[
+            "--kubeconfig",
+            &kcs,
+            "--metrics-bind-address",
+            &address,
+            "--tracing-endpoint",
+            &endpoint,
+            "--tracing-sampling-rate-per-million",
+            "1000000",
+        ],
         &log,
     );
     wait_in_sync(&api).await;
@@ -322,6 +334,86 @@ async fn timelines_of_a_hook_a_sigkill_and_an_orphan_as_text_json_and_a_rendered
         !t.entries
             .iter()
             .any(|e| matches!(e.step, Step::ObjectDeleted { .. }))
+    );
+
+    // --- the same terminations as OTLP traces: one root span per termination, its stages
+    // and its CRI and API calls below it, with the pod's attributes
+    let s_uid = s.uid.to_string();
+    let traced = |spans: &[otlp::ReceivedSpan]| {
+        let root = spans
+            .iter()
+            .find(|r| r.name == "pod_termination" && r.attr("k8s.pod.uid") == Some(s_uid.as_str()));
+        root.is_some_and(|root| {
+            spans
+                .iter()
+                .any(|x| x.trace_id == root.trace_id && x.name == "DELETE pods")
+        })
+    };
+    let spans = collector.wait_for(traced, Duration::from_secs(30)).await;
+    let root = spans
+        .iter()
+        .find(|r| r.name == "pod_termination" && r.attr("k8s.pod.uid") == Some(s_uid.as_str()))
+        .unwrap();
+    assert_eq!(root.parent_span_id, None, "a root span: {root:?}");
+    assert_eq!(root.attr("k8s.pod.namespace"), Some("default"));
+    assert_eq!(root.attr("k8s.pod.name"), Some("stubborn"));
+    assert_eq!(
+        root.resource.get("service.name").map(String::as_str),
+        Some("reaplet")
+    );
+    let trace: Vec<&otlp::ReceivedSpan> = spans
+        .iter()
+        .filter(|x| x.trace_id == root.trace_id)
+        .collect();
+    let named = |n: &str| {
+        trace
+            .iter()
+            .find(|x| x.name == n)
+            .unwrap_or_else(|| panic!("no {n} span in {trace:#?}"))
+    };
+    let parent_of = |x: &otlp::ReceivedSpan| {
+        trace
+            .iter()
+            .find(|p| Some(&p.span_id) == x.parent_span_id.as_ref())
+            .map(|p| p.name.clone())
+    };
+    for stage in [
+        "kill",
+        "volumes",
+        "cgroup",
+        "PATCH pods/status",
+        "DELETE pods",
+    ] {
+        assert_eq!(
+            parent_of(named(stage)).as_deref(),
+            Some("pod_termination"),
+            "{stage}"
+        );
+    }
+    let stop = named("runtime.v1.RuntimeService/StopContainer");
+    assert_eq!(parent_of(stop).as_deref(), Some("kill_container"));
+    assert_eq!(parent_of(named("kill_container")).as_deref(), Some("kill"));
+    assert!(
+        stop.end_ns - stop.start_ns >= 2_900_000_000,
+        "the 3 s stop: {stop:?}"
+    );
+    named("runtime.v1.RuntimeService/StopPodSandbox");
+    // one trace per termination: the orphan's has no API calls, the hooked pod's is its own
+    let roots: Vec<&otlp::ReceivedSpan> = spans
+        .iter()
+        .filter(|r| r.name == "pod_termination")
+        .collect();
+    let traces: std::collections::BTreeSet<&str> =
+        roots.iter().map(|r| r.trace_id.as_str()).collect();
+    assert_eq!(roots.len(), traces.len(), "{roots:#?}");
+    assert!(
+        roots.len() >= 3,
+        "hooked, stubborn and the orphan: {roots:#?}"
+    );
+    println!(
+        "OTLP: {} spans received, {} in stubborn's trace",
+        spans.len(),
+        trace.len()
     );
 
     // an unknown pod: a clear error, exit 1

@@ -14,6 +14,7 @@ use super::AgentConfig;
 use crate::config::Settings;
 use crate::cri::{CriConfig, CriError};
 use crate::workers::PipelineConfig;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +76,7 @@ pub fn node_name(s: &Settings) -> Result<String, HostNameError> {
 pub async fn run(
     s: Settings,
     kube: Option<kube::Config>,
+    metrics: Arc<crate::metrics::Metrics>,
     cancel: CancellationToken,
 ) -> Result<(), RunError> {
     let cfg = tokio::select! {
@@ -86,6 +88,10 @@ pub async fn run(
             return Ok(());
         }
         cfg = agent_config(s, kube) => cfg?,
+    };
+    let cfg = super::AgentConfig {
+        metrics: Some(metrics),
+        ..cfg
     };
     super::run(cfg, cancel).await?;
     Ok(())
@@ -161,6 +167,7 @@ pub async fn agent_config(
             ..PipelineConfig::default()
         },
         shutdown_timeout: Duration::from_secs(5),
+        metrics: None,
         credentials_grace: Duration::from_secs(300),
         metrics_bind_address: Some(s.metrics_bind_address),
         notify_socket: std::env::var("NOTIFY_SOCKET").ok(),

@@ -190,6 +190,28 @@ impl StatusManager {
         let _ = self.inner.timelines.set(timelines);
     }
 
+    /// The span of one API write of `uid`'s, in its termination's trace (disabled when there
+    /// is none open).
+    fn api_span(&self, uid: &PodUid, op: &'static str) -> tracing::Span {
+        match self.inner.timelines.get().and_then(|t| t.trace(uid)) {
+            Some(root) => tracing::info_span!(
+                target: crate::timeline::TRACE_TARGET,
+                parent: &root,
+                "api",
+                otel.name = op,
+                k8s.pod.uid = %uid,
+            ),
+            None => tracing::Span::none(),
+        }
+    }
+
+    /// Nothing more is written for `uid`: its termination's trace may end.
+    fn end_trace(&self, uid: &PodUid) {
+        if let Some(t) = self.inner.timelines.get() {
+            t.end_trace(uid);
+        }
+    }
+
     /// Records the API server's answer to a write in `uid`'s timeline (an answer with no
     /// HTTP status, a timeout, is not one).
     fn to_timeline<T>(
@@ -243,6 +265,7 @@ impl StatusManager {
         if let Some(m) = &self.inner.metrics {
             m.termination_finished(uid);
         }
+        self.end_trace(uid);
     }
 
     /// Pods still being worked on.
@@ -424,6 +447,7 @@ impl StatusManager {
                             &PatchParams::default(),
                             &Patch::Strategic(body),
                         ))
+                        .instrument(self.api_span(uid, "PATCH pods/status"))
                         .await,
                     );
                     self.to_timeline(uid, &r, |code| crate::timeline::Step::StatusWritten {
@@ -479,8 +503,15 @@ impl StatusManager {
                 }
             }
         }
-        let wants_delete = self.entries().get(uid).is_some_and(Entry::wants_delete);
+        let (wants_delete, finished) = self
+            .entries()
+            .get(uid)
+            .map_or((false, true), |e| (e.wants_delete(), e.finished));
         if !wants_delete {
+            if finished {
+                // nothing more to write for it (a static pod's object is the kubelet's)
+                self.end_trace(uid);
+            }
             return Outcome::Done;
         }
         self.inner.limiter.acquire().await;
@@ -493,7 +524,11 @@ impl StatusManager {
             ..DeleteParams::default()
         };
         let t = Instant::now();
-        let r = self.seen(bounded(api.delete(&entry.name, &dp)).await);
+        let r = self.seen(
+            bounded(api.delete(&entry.name, &dp))
+                .instrument(self.api_span(uid, "DELETE pods"))
+                .await,
+        );
         self.to_timeline(uid, &r, |code| crate::timeline::Step::ObjectDeleted {
             code,
         });
@@ -516,6 +551,7 @@ impl StatusManager {
         if let Some(e) = self.entries().get_mut(uid) {
             e.deleted = true;
         }
+        self.end_trace(uid);
         Outcome::Done
     }
 }
@@ -563,13 +599,22 @@ impl StatusSink for StatusManager {
     }
 
     fn pod_finished(&self, pod: &PodInfo) {
-        if let Some(e) = self.entries().get_mut(&pod.uid) {
-            e.finished = true;
+        let known = match self.entries().get_mut(&pod.uid) {
+            Some(e) => {
+                e.finished = true;
+                true
+            }
+            None => false,
+        };
+        if !known {
+            // nothing to write for it (no API object): its trace ends with its worker
+            self.end_trace(&pod.uid);
         }
         self.inner.notify.notify_one();
     }
 
     fn withdraw(&self, uid: &PodUid) {
+        self.end_trace(uid);
         if self.entries().remove(uid).is_some() {
             tracing::info!(podUID = %uid, "status and delete withdrawn: no longer reaplet's to send");
         }

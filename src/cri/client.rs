@@ -75,7 +75,13 @@ impl CriClient {
         F: FnOnce(RuntimeServiceClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let span = tracing::debug_span!("cri", op, id);
+        // named as the kubelet's gRPC client spans are, in a trace
+        let span = tracing::debug_span!(
+            "cri",
+            op,
+            id,
+            otel.name = %format_args!("runtime.v1.RuntimeService/{op}")
+        );
         let started = tokio::time::Instant::now();
         let r = async move {
             // the deadline covers the wait for a slot too; the semaphore is never closed

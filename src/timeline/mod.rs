@@ -315,7 +315,18 @@ pub struct Timelines {
 struct Store {
     active: HashMap<PodUid, Arc<Mutex<Timeline>>>,
     finished: VecDeque<(PodUid, Arc<Mutex<Timeline>>)>,
+    /// The termination's root trace span, open until the API is done with the pod
+    /// ([`Timelines::end_trace`]), with when its worker finished (an open one is closed
+    /// [`TRACE_LINGER`] after that at the latest).
+    traces: HashMap<PodUid, (tracing::Span, Option<Instant>)>,
 }
+
+/// How long a finished termination's trace stays open for its API writes at most.
+pub const TRACE_LINGER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The target of the termination's trace spans: exported over OTLP ([`crate::otel`]), never
+/// in the logs ([`crate::logs`]).
+pub const TRACE_TARGET: &str = "reaplet::trace";
 
 /// What `reaplet pods --timeline` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -367,10 +378,32 @@ impl Timelines {
         Recorder(Some(t.clone()))
     }
 
+    /// `uid`'s termination's root trace span (one `pod_termination` per termination).
+    pub fn open_trace(&self, uid: &PodUid, span: tracing::Span) {
+        self.lock().traces.insert(uid.clone(), (span, None));
+    }
+
+    /// `uid`'s root trace span while it is open: the parent of the API writes that end it.
+    pub fn trace(&self, uid: &PodUid) -> Option<tracing::Span> {
+        self.lock().traces.get(uid).map(|(s, _)| s.clone())
+    }
+
+    /// Nothing more belongs to `uid`'s trace: its root span closes (and is exported).
+    pub fn end_trace(&self, uid: &PodUid) {
+        let span = self.lock().traces.remove(uid);
+        drop(span);
+    }
+
     /// `uid`'s worker finished: its timeline joins the finished ones, the oldest past `keep`
     /// rolls off.
     pub fn finish(&self, uid: &PodUid) {
         let mut s = self.lock();
+        let now = Instant::now();
+        if let Some((_, finished)) = s.traces.get_mut(uid) {
+            *finished = Some(now);
+        }
+        s.traces
+            .retain(|_, (_, f)| f.is_none_or(|f| now.duration_since(f) < TRACE_LINGER));
         let Some(t) = s.active.remove(uid) else {
             return;
         };

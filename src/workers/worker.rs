@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
+use tracing::Instrument;
 
 type KillFuture = BoxFuture<'static, (u64, Result<kill::KillReport, kill::KillError>)>;
 type CleanupFuture = BoxFuture<'static, (CleanupStage, Result<(), CleanupError>)>;
@@ -86,6 +87,9 @@ struct Worker<R> {
     volumes_skipped: bool,
     /// The termination's timeline (none until a reason to end the pod arrives).
     tl: Recorder,
+    /// The termination's root trace span (`pod_termination`; disabled until then), the
+    /// parent of its stages' spans.
+    trace: tracing::Span,
 }
 
 /// The owner task of one pod UID.
@@ -119,6 +123,7 @@ pub(super) async fn worker_loop<R: Runtime>(
         volumes: Arc::default(),
         volumes_skipped: false,
         tl: Recorder::none(),
+        trace: tracing::Span::none(),
     };
     let cancel = w.inner.cancel.clone();
     // a kill held by the authority check retries at once when the agent becomes active
@@ -346,6 +351,11 @@ impl<R: Runtime> Worker<R> {
                 Effect::Finished => {
                     self.memory.forget();
                     self.inner.timelines.finish(&self.pod.uid);
+                    // the trace stays open for the status manager's delete, if it has one
+                    if self.inner.status.get().is_none() {
+                        self.inner.timelines.end_trace(&self.pod.uid);
+                    }
+                    self.trace = tracing::Span::none();
                     if let Some(sink) = self.inner.status.get() {
                         sink.pod_finished(&self.pod);
                     }
@@ -365,10 +375,17 @@ impl<R: Runtime> Worker<R> {
         grace_override: Option<i64>,
     ) {
         if !self.tl.is_on() {
-            self.tl =
-                self.inner
-                    .timelines
-                    .start(&self.pod.uid, &self.pod.namespace, &self.pod.name);
+            let (uid, ns, name) = (&self.pod.uid, &self.pod.namespace, &self.pod.name);
+            self.tl = self.inner.timelines.start(uid, ns, name);
+            self.trace = tracing::info_span!(
+                target: crate::timeline::TRACE_TARGET,
+                "pod_termination",
+                k8s.pod.namespace = %ns,
+                k8s.pod.name = %name,
+                k8s.pod.uid = %uid,
+                reason = self.m.reasons.get(known).map(KillReason::as_str),
+            );
+            self.inner.timelines.open_trace(uid, self.trace.clone());
         }
         let (g, from) = grace::effective_grace_from(
             held,
@@ -496,25 +513,35 @@ impl<R: Runtime> Worker<R> {
         // manager never sends a terminal phase twice: the report at KillComplete
         // finds it already terminal)
         let completed = matches!(self.m.reason, Some(KillReason::Completed));
-        self.kill = Some(Box::pin(async move {
-            let report = |finals: &[crate::status::ContainerFinal]| {
-                if let Some(sink) = inner.status.get() {
-                    sink.pod_terminated(&pod, Some(&KillReason::Completed), finals);
-                }
-            };
-            let early: Option<kill::OnContainersStopped<'_>> = completed.then_some(&report);
-            let r = kill::kill_pod_reporting(
-                &*inner.runtime,
-                &inner.events,
-                &pod,
-                grace,
-                &memory,
-                early,
-                &tl,
-            )
-            .await;
-            (generation, r)
-        }));
+        let span = tracing::info_span!(
+            target: crate::timeline::TRACE_TARGET,
+            parent: &self.trace,
+            "kill",
+            attempt = generation,
+            grace,
+        );
+        self.kill = Some(Box::pin(
+            async move {
+                let report = |finals: &[crate::status::ContainerFinal]| {
+                    if let Some(sink) = inner.status.get() {
+                        sink.pod_terminated(&pod, Some(&KillReason::Completed), finals);
+                    }
+                };
+                let early: Option<kill::OnContainersStopped<'_>> = completed.then_some(&report);
+                let r = kill::kill_pod_reporting(
+                    &*inner.runtime,
+                    &inner.events,
+                    &pod,
+                    grace,
+                    &memory,
+                    early,
+                    &tl,
+                )
+                .await;
+                (generation, r)
+            }
+            .instrument(span),
+        ));
         self.step = Step::StoppingContainers;
     }
 
@@ -533,85 +560,100 @@ impl<R: Runtime> Worker<R> {
             self.tl.record(None, TlStep::VolumesStarted);
         }
         let tl = self.tl.clone();
-        self.cleanup = Some(Box::pin(async move {
-            let t = Instant::now();
-            let r = match stage {
-                CleanupStage::Volumes => {
-                    let events = inner.events.clone();
-                    let pod_uid = uid.clone();
-                    let span = tracing::Span::current();
-                    let report = move |h: &volumes::Held| {
-                        let _in = span.enter();
-                        tracing::warn!(volume = %h.volume, plugin = %h.plugin, detail = %h,
+        let span = match stage {
+            CleanupStage::Volumes => tracing::info_span!(
+                target: crate::timeline::TRACE_TARGET,
+                parent: &self.trace,
+                "volumes"
+            ),
+            CleanupStage::Cgroup => tracing::info_span!(
+                target: crate::timeline::TRACE_TARGET,
+                parent: &self.trace,
+                "cgroup"
+            ),
+        };
+        self.cleanup = Some(Box::pin(
+            async move {
+                let t = Instant::now();
+                let r = match stage {
+                    CleanupStage::Volumes => {
+                        let events = inner.events.clone();
+                        let pod_uid = uid.clone();
+                        let span = tracing::Span::current();
+                        let report = move |h: &volumes::Held| {
+                            let _in = span.enter();
+                            tracing::warn!(volume = %h.volume, plugin = %h.plugin, detail = %h,
                             "unmounting a pod volume failed; retrying with backoff");
-                        events.record(PodEvent {
-                            uid: pod_uid.clone(),
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            reason: EventReason::FailedUnMount,
-                            message: format!("UnmountVolume.TearDown failed: {h}"),
-                        });
-                    };
-                    let authority = inner.authority.clone();
-                    let teardown = inner.config.volume_teardown;
-                    let active = move || teardown && authority.is_active();
-                    volumes::settle(volumes::Settle {
-                        root_dir: inner.config.root_dir.clone(),
-                        uid: uid.clone(),
-                        mountinfo: inner.config.mountinfo.clone(),
-                        poll: inner.config.volume_poll,
-                        // once skipped, each retry checks once (the retry backoff paces it)
-                        bound: if skipped {
-                            Duration::ZERO
-                        } else {
-                            inner.config.volume_wait
-                        },
-                        active: Arc::new(active),
-                        unmounter: Arc::new(volumes::SystemUnmount),
-                        state,
-                        report: Arc::new(report),
-                    })
-                    .await
-                    .map_err(CleanupError::from)
-                }
-                CleanupStage::Cgroup => inner
-                    .cgroups
-                    .destroy(&uid)
-                    .await
-                    .map(|rep| {
-                        tracing::info!(
-                            removedDirs = rep.removed_dirs,
-                            killedPids = rep.killed_pids,
-                            "pod cgroup removed"
-                        );
-                        tl.record(
-                            None,
-                            TlStep::CgroupRemoved {
-                                removed_dirs: rep.removed_dirs,
-                                killed_pids: rep.killed_pids,
+                            events.record(PodEvent {
+                                uid: pod_uid.clone(),
+                                namespace: namespace.clone(),
+                                name: name.clone(),
+                                reason: EventReason::FailedUnMount,
+                                message: format!("UnmountVolume.TearDown failed: {h}"),
+                            });
+                        };
+                        let authority = inner.authority.clone();
+                        let teardown = inner.config.volume_teardown;
+                        let active = move || teardown && authority.is_active();
+                        volumes::settle(volumes::Settle {
+                            root_dir: inner.config.root_dir.clone(),
+                            uid: uid.clone(),
+                            mountinfo: inner.config.mountinfo.clone(),
+                            poll: inner.config.volume_poll,
+                            // once skipped, each retry checks once (the retry backoff paces it)
+                            bound: if skipped {
+                                Duration::ZERO
+                            } else {
+                                inner.config.volume_wait
                             },
-                        );
-                    })
-                    .map_err(CleanupError::from),
-            };
-            if r.is_ok()
-                && let Some(mx) = inner.metrics.get()
-            {
-                let took = t.elapsed();
-                match stage {
-                    CleanupStage::Volumes => mx.stage("volumes", took),
-                    CleanupStage::Cgroup => {
-                        mx.stage("cgroup", took);
-                        mx.cgroup_manager_duration
-                            .get_or_create(&OpLabel {
-                                operation_type: "destroy",
-                            })
-                            .observe(took.as_secs_f64());
+                            active: Arc::new(active),
+                            unmounter: Arc::new(volumes::SystemUnmount),
+                            state,
+                            report: Arc::new(report),
+                        })
+                        .await
+                        .map_err(CleanupError::from)
+                    }
+                    CleanupStage::Cgroup => inner
+                        .cgroups
+                        .destroy(&uid)
+                        .await
+                        .map(|rep| {
+                            tracing::info!(
+                                removedDirs = rep.removed_dirs,
+                                killedPids = rep.killed_pids,
+                                "pod cgroup removed"
+                            );
+                            tl.record(
+                                None,
+                                TlStep::CgroupRemoved {
+                                    removed_dirs: rep.removed_dirs,
+                                    killed_pids: rep.killed_pids,
+                                },
+                            );
+                        })
+                        .map_err(CleanupError::from),
+                };
+                if r.is_ok()
+                    && let Some(mx) = inner.metrics.get()
+                {
+                    let took = t.elapsed();
+                    match stage {
+                        CleanupStage::Volumes => mx.stage("volumes", took),
+                        CleanupStage::Cgroup => {
+                            mx.stage("cgroup", took);
+                            mx.cgroup_manager_duration
+                                .get_or_create(&OpLabel {
+                                    operation_type: "destroy",
+                                })
+                                .observe(took.as_secs_f64());
+                        }
                     }
                 }
+                (stage, r)
             }
-            (stage, r)
-        }));
+            .instrument(span),
+        ));
     }
 
     /// Completes notices of kills that arrived after termination, and publishes the view.
