@@ -221,7 +221,16 @@ pub async fn kill_pod_reporting<R: Runtime>(
         });
     }
     let finals = final_states(runtime, uid, &after).await?;
+    // each container's latest attempt is the one this kill ended
+    let mut latest: Vec<&ContainerFinal> = Vec::new();
     for f in &finals {
+        match latest.iter_mut().find(|l| l.name == f.name) {
+            Some(l) if (l.attempt, l.finished_at) < (f.attempt, f.finished_at) => *l = f,
+            Some(_) => {}
+            None => latest.push(f),
+        }
+    }
+    for f in latest {
         timeline.record_exit(&f.name, f.finished_at, f.exit_code);
     }
     Ok(KillReport {
@@ -385,7 +394,6 @@ async fn kill_container<R: Runtime>(
     // a stop still in flight after REACHED_AFTER reached the runtime (a runtime that is down
     // refuses at once), and the runtime sends SIGTERM as it takes the stop: from then on it
     // counts as answered, so a restart continues to its deadline instead of sending another
-    let sent = Instant::now();
     timeline.record(Some(&c.name), Step::StopSent { timeout, kind });
     let stop = runtime.stop_container(&c.id, timeout);
     tokio::pin!(stop);
@@ -400,14 +408,6 @@ async fn kill_container<R: Runtime>(
     } else {
         stop.await
     };
-    // the runtime SIGKILLs when the stop's timeout runs out: a stop that took that long
-    // ended with it
-    let sigkill_at = sent + grace::as_duration(timeout);
-    if r.as_ref()
-        .is_ok_and(|()| timeout > 0 && Instant::now() >= sigkill_at)
-    {
-        timeline.record_at(sigkill_at, Some(&c.name), Step::Sigkill);
-    }
     match r {
         Ok(()) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
@@ -419,9 +419,12 @@ async fn kill_container<R: Runtime>(
                 },
             );
             // the runtime answered: its SIGTERM went out; no answer (refused, timed out)
-            // may mean it never got the stop
+            // may mean it never got the stop, even one marked answered for its time in flight
+            // (it may have waited for a connection or a slot all along)
             if source.runtime_answered() {
                 memory.stop_answered(&c.id).await;
+            } else {
+                memory.stop_unanswered(&c.id).await;
             }
             Err(KillError::StopContainer {
                 uid: pod.uid.to_string(),

@@ -95,11 +95,14 @@ pub fn init_logs(format: LogFormat) {
 }
 
 /// What the trace export layer sees: reaplet's own spans and events down to debug, except the
-/// pod worker's and the status manager's (which outlive a termination).
-fn exported(m: &tracing::Metadata<'_>) -> bool {
+/// pod worker's and the status manager's (which outlive a termination) and runtime calls made
+/// outside any exported span (relists, the event stream: they would each be a trace of their
+/// own, competing with the terminations' for the queue).
+fn exported(m: &tracing::Metadata<'_>, in_span: bool) -> bool {
     crate::otel::is_exported_target(m.target())
         && *m.level() <= tracing::Level::DEBUG
         && !(m.is_span() && matches!(m.name(), "pod_worker" | "pod_status"))
+        && !(m.is_span() && m.target().starts_with("reaplet::cri") && !in_span)
 }
 
 /// Installs the global subscriber: the logs and, given the kubelet's `tracing` settings, the
@@ -113,7 +116,7 @@ pub fn init(
         Option<String>,
     )>,
 ) -> Option<crate::otel::TracingHandle> {
-    use tracing_subscriber::filter::filter_fn;
+    use tracing_subscriber::filter::{dynamic_filter_fn, filter_fn};
     let logs = fmt_layer(format)
         .with_filter(filter())
         .with_filter(filter_fn(|m| m.target() != crate::timeline::TRACE_TARGET));
@@ -125,11 +128,10 @@ pub fn init(
         crate::otel::layer(config, drops, options)
     });
     let (export, handle, failed) = match built {
-        Some(Ok((layer, handle))) => (
-            Some(layer.with_filter(filter_fn(exported))),
-            Some(handle),
-            None,
-        ),
+        Some(Ok((layer, handle))) => {
+            let filter = dynamic_filter_fn(|m, cx| exported(m, cx.lookup_current().is_some()));
+            (Some(layer.with_filter(filter)), Some(handle), None)
+        }
         Some(Err(e)) => (None, None, Some(e)),
         None => (None, None, None),
     };

@@ -36,11 +36,25 @@ pub struct PodsArgs {
     #[arg(long, value_name = "NAMESPACE/NAME|UID")]
     pub timeline: Option<String>,
     /// How to print the timeline: text (aligned, with durations) or json (the same data).
-    #[arg(long, short = 'o', value_parser = ["text", "json"], requires = "timeline")]
-    pub output: Option<String>,
+    #[arg(
+        long,
+        short = 'o',
+        value_enum,
+        default_value = "text",
+        requires = "timeline"
+    )]
+    pub output: TimelineOutput,
     /// Also write the timeline as a self-contained SVG chart to FILE (opens in a browser).
     #[arg(long, value_name = "FILE", requires = "timeline")]
     pub svg: Option<PathBuf>,
+}
+
+/// How `reaplet pods --timeline` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TimelineOutput {
+    #[default]
+    Text,
+    Json,
 }
 
 /// Why the agent's view could not be shown.
@@ -117,13 +131,17 @@ pub async fn timeline(address: SocketAddr, args: &PodsArgs) -> Result<String, Po
     let (code, body) = crate::server::fetch(address, &path)
         .await
         .map_err(|source| PodsError::NoAgent { address, source })?;
-    let v: serde_json::Value = serde_json::from_str(&body).map_err(PodsError::Answer)?;
     if code != 200 {
-        return match v["error"].as_str() {
-            Some(why) => Err(PodsError::NoTimeline(why.to_owned())),
+        // the agent's reason when it gives one (an older agent answers 404 in plain text)
+        let why = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned));
+        return match why {
+            Some(why) => Err(PodsError::NoTimeline(why)),
             None => Err(PodsError::Http { address, code }),
         };
     }
+    let v: serde_json::Value = serde_json::from_str(&body).map_err(PodsError::Answer)?;
     let t = crate::timeline::Timeline::from_json(v.clone()).map_err(PodsError::Answer)?;
     if let Some(path) = &args.svg {
         std::fs::write(path, crate::timeline::svg::render(&t)).map_err(|source| {
@@ -133,9 +151,9 @@ pub async fn timeline(address: SocketAddr, args: &PodsArgs) -> Result<String, Po
             }
         })?;
     }
-    Ok(match args.output.as_deref() {
-        Some("json") => format!("{v:#}\n"),
-        _ => {
+    Ok(match args.output {
+        TimelineOutput::Json => format!("{v:#}\n"),
+        TimelineOutput::Text => {
             let mut text = crate::timeline::text::render(&t);
             if let Some(path) = &args.svg {
                 let _ = writeln!(text, "\nchart written to {}", path.display());

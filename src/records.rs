@@ -333,6 +333,20 @@ impl KillMemory {
         .await;
     }
 
+    /// The stop of `container_id` failed with no answer from the runtime (refused, timed
+    /// out): whatever its time in flight said, it may never have reached the runtime, and the
+    /// next one is a SIGTERM again.
+    pub(crate) async fn stop_unanswered(&self, container_id: &str) {
+        self.change(|r| match r.stops.get_mut(container_id) {
+            Some(s) if s.answered => {
+                s.answered = false;
+                true
+            }
+            _ => false,
+        })
+        .await;
+    }
+
     /// Whether the runtime answered a stop of `container_id` (in this life or an earlier
     /// one): its SIGTERM went out.
     pub(crate) fn stop_sent(&self, container_id: &str) -> bool {

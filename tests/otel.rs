@@ -1,4 +1,4 @@
-//! OpenTelemetry trace export (src/otel.rs) to a real OTLP/gRPC receiver (tests/common/otlp.rs)
+//! OpenTelemetry trace export (src/otel/) to a real OTLP/gRPC receiver (tests/common/otlp.rs)
 //! over loopback: the layer in a subscriber of its own, no agent. A pod termination's spans
 //! arrive as one trace with their nesting and attributes; sampling 0 exports nothing; with the
 //! receiver down the spans are dropped and counted, and ending them never waits.

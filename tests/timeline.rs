@@ -74,7 +74,9 @@ fn at(t: &Timeline, container: Option<&str>, f: impl Fn(&Step) -> bool) -> f64 {
 fn screenshot(svg: &Path, width: u32, height: u32) -> (usize, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("shot.png");
-    let out = Command::new("/usr/bin/chromium")
+    // bounded: a browser that hangs fails the test instead
+    let out = Command::new("timeout")
+        .args(["60", "/usr/bin/chromium"])
         .args([
             "--headless",
             "--no-sandbox",

@@ -546,7 +546,15 @@ async fn synthetic(sizes: &[usize], latency: fake_cri::Latency) -> R<Vec<Synthet
             &endpoint,
             "/reaplet-bench-none",
             dir.path(),
-            &["--kube-api-qps", "100000", "--kube-api-burst", "100000"],
+            &[
+                "--kube-api-qps",
+                "100000",
+                "--kube-api-burst",
+                "100000",
+                // every pod's timeline kept: the recording at its largest
+                "--termination-timelines",
+                &n.to_string(),
+            ],
         )?;
         agent.wait_ready().await?;
         agent.wait_known(n).await?;

@@ -599,15 +599,16 @@ impl StatusSink for StatusManager {
     }
 
     fn pod_finished(&self, pod: &PodInfo) {
-        let known = match self.entries().get_mut(&pod.uid) {
+        let more = match self.entries().get_mut(&pod.uid) {
             Some(e) => {
                 e.finished = true;
-                true
+                // a status still to send, or the delete to come
+                e.pending.is_some() || e.wants_delete()
             }
             None => false,
         };
-        if !known {
-            // nothing to write for it (no API object): its trace ends with its worker
+        if !more {
+            // nothing (more) to write for it: its trace ends with its worker
             self.end_trace(&pod.uid);
         }
         self.inner.notify.notify_one();

@@ -60,15 +60,28 @@ pub struct FakeRuntime {
     state: Mutex<State>,
     /// The list calls wait while this is set.
     lists_stalled: std::sync::atomic::AtomicBool,
+    /// The wall clock and tokio's clock when first asked: runtime timestamps follow tokio's
+    /// (paused) clock from there, as a real runtime's follow time.
+    epoch: std::sync::OnceLock<(i64, Instant)>,
 }
 
 impl FakeRuntime {
+    /// Now, as a runtime timestamp (ns since the epoch) on tokio's clock.
+    fn now_ns(&self) -> i64 {
+        let (wall, at) = *self
+            .epoch
+            .get_or_init(|| (crate::wall_ns(), Instant::now()));
+        wall.saturating_add(at.elapsed().as_nanos() as i64)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds a ready sandbox with running containers `(name, behaviour)` for pod `uid`.
     pub fn add_pod(&self, uid: &str, containers: &[(&str, Behaviour)]) {
+        // the runtime's clock starts with its first pod
+        let _ = self.now_ns();
         let mut s = self.lock();
         let sid = format!("sb-{uid}");
         s.sandboxes.push(RuntimeSandbox {
@@ -257,7 +270,7 @@ impl Runtime for FakeRuntime {
             started_at: 1,
             // an exit is read as happening now (after any termination that asks)
             finished_at: if c.state == crate::cri::ContainerRunState::Exited {
-                crate::wall_ns()
+                self.now_ns()
             } else {
                 0
             },

@@ -29,6 +29,10 @@ use tokio::time::Instant;
 /// Steps kept per timeline; past it, one [`Step::Truncated`] and nothing more.
 pub const MAX_ENTRIES: usize = 512;
 
+/// How far the runtime's wall-clock exit time and the timeline's monotonic offsets may
+/// disagree when an exit is placed.
+const CLOCK_SKEW_MS: f64 = 100.0;
+
 /// The default number of finished timelines kept (`terminationTimelines`).
 pub const DEFAULT_KEEP: usize = 100;
 
@@ -91,7 +95,8 @@ pub enum Step {
     StopFailed {
         error: String,
     },
-    /// The stop's timeout ran out before the container exited: the runtime sent SIGKILL.
+    /// The stop's timeout ran out before the container exited: the runtime sent SIGKILL
+    /// (read from the exit: code 137 at or after the timeout, at the runtime's `finishedAt`).
     Sigkill,
     /// The container exited, at the runtime's `finishedAt`.
     #[serde(rename_all = "camelCase")]
@@ -99,8 +104,8 @@ pub enum Step {
         code: i32,
         #[serde(skip_serializing_if = "Option::is_none")]
         signal: Option<Cow<'static, str>>,
-        /// Whether it had exited before the kill began (on its own, seen by an event or a
-        /// relist) rather than after its stop.
+        /// Whether it had exited before this timeline began (on its own, or, for a
+        /// termination resumed after a restart of reaplet, in its earlier life).
         before_kill: bool,
     },
     SandboxStopped {
@@ -155,7 +160,8 @@ pub struct Timeline {
     pub started_at: String,
     /// The same, in ns since the Unix epoch.
     pub started_unix_ns: i64,
-    /// When the kill SIGKILLs at the latest (ms from the start), for the current attempt.
+    /// When the current attempt's grace runs out (ms from the start): a container's SIGKILL
+    /// comes then, or up to the 2 s floor later after a long preStop hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<f64>,
     /// When the pod worker finished (ms from the start).
@@ -284,6 +290,24 @@ impl Recorder {
                 return;
             }
             let ms = (finished_ns.saturating_sub(t.started_unix_ns) as f64 / 1e6).max(0.0);
+            // SIGKILLed at its stop's timeout: exit 137 no earlier than the last stop's
+            // timeout ran out (within the two clocks' skew)
+            let sigkill = t
+                .entries
+                .iter()
+                .rev()
+                .find_map(|e| match e.step {
+                    Step::StopSent { timeout, .. } if e.container.as_deref() == Some(name) => {
+                        Some((e.at_ms, timeout))
+                    }
+                    _ => None,
+                })
+                .filter(|(_, timeout)| *timeout > 0 && code == 137)
+                .map(|(at, timeout)| at + timeout as f64 * 1e3)
+                .filter(|at| ms >= at - CLOCK_SKEW_MS);
+            if let Some(at) = sigkill {
+                t.push(at, Some(name), Step::Sigkill);
+            }
             let step = Step::Exited {
                 code,
                 signal: signal_of(code).map(Cow::Borrowed),
@@ -380,7 +404,8 @@ impl Timelines {
 
     /// `uid`'s termination's root trace span (one `pod_termination` per termination).
     pub fn open_trace(&self, uid: &PodUid, span: tracing::Span) {
-        self.lock().traces.insert(uid.clone(), (span, None));
+        let old = self.lock().traces.insert(uid.clone(), (span, None));
+        drop(old); // a span ends outside the store's lock
     }
 
     /// `uid`'s root trace span while it is open: the parent of the API writes that end it.
@@ -402,9 +427,19 @@ impl Timelines {
         if let Some((_, finished)) = s.traces.get_mut(uid) {
             *finished = Some(now);
         }
-        s.traces
-            .retain(|_, (_, f)| f.is_none_or(|f| now.duration_since(f) < TRACE_LINGER));
+        let lingering: Vec<PodUid> = s
+            .traces
+            .iter()
+            .filter(|(_, (_, f))| f.is_some_and(|f| now.duration_since(f) >= TRACE_LINGER))
+            .map(|(u, _)| u.clone())
+            .collect();
+        let mut ended = Vec::with_capacity(lingering.len());
+        for u in lingering {
+            ended.extend(s.traces.remove(&u));
+        }
         let Some(t) = s.active.remove(uid) else {
+            drop(s);
+            drop(ended); // spans end outside the store's lock
             return;
         };
         {
@@ -417,6 +452,8 @@ impl Timelines {
         while s.finished.len() > self.keep {
             s.finished.pop_front();
         }
+        drop(s);
+        drop(ended); // spans end outside the store's lock
     }
 
     /// Records `step` in `uid`'s timeline, terminating or finished (the status manager's

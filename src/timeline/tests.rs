@@ -184,7 +184,7 @@ fn sample() -> Timeline {
 fn text_has_every_step_aligned_with_what_each_took() {
     let out = text::render(&sample());
     assert!(out.starts_with("default/web  (uid u1)\n"), "{out}");
-    assert!(out.contains("SIGKILL deadline +5.001s"), "{out}");
+    assert!(out.contains("grace deadline +5.001s"), "{out}");
     let lines: Vec<&str> = out.lines().collect();
     let header = lines.iter().position(|l| l.contains("STEP")).unwrap();
     let step_col = lines[header].find("STEP").unwrap();

@@ -70,7 +70,8 @@ pub fn describe(step: &Step) -> String {
             s
         }
         Step::SandboxStopped { sandbox } => {
-            format!("sandbox {} stopped", &sandbox[..sandbox.len().min(13)])
+            let short: String = sandbox.chars().take(13).collect();
+            format!("sandbox {short} stopped")
         }
         Step::ContainersStopped => "every container and sandbox stopped".into(),
         Step::VolumesStarted => "waiting for the pod's volumes".into(),
@@ -126,7 +127,7 @@ pub fn render(t: &Timeline) -> String {
     let _ = writeln!(out, "{}  (uid {})", t.key(), t.uid);
     let _ = write!(out, "started {}", t.started_at);
     if let Some(d) = t.deadline_ms {
-        let _ = write!(out, "   SIGKILL deadline {}", secs(d));
+        let _ = write!(out, "   grace deadline {}", secs(d));
     }
     match t.finished_ms {
         Some(f) => {

@@ -180,7 +180,12 @@ async fn a_resent_stop_never_answered_is_still_a_sigterm_past_its_deadline() {
     };
     recorded(&r, "p10", stop);
     r.workers.upsert(resumed(&p, 5, -1));
-    until(&r.workers, "p10", PodPhase::Finished).await;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        until(&r.workers, "p10", PodPhase::Finished),
+    )
+    .await
+    .expect("finished");
     let stops = r.rt.stops_of("p10-app");
     assert_eq!(
         stops.first().map(|s| s.0),

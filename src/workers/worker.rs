@@ -377,15 +377,22 @@ impl<R: Runtime> Worker<R> {
         if !self.tl.is_on() {
             let (uid, ns, name) = (&self.pod.uid, &self.pod.namespace, &self.pod.name);
             self.tl = self.inner.timelines.start(uid, ns, name);
-            self.trace = tracing::info_span!(
-                target: crate::timeline::TRACE_TARGET,
-                "pod_termination",
-                k8s.pod.namespace = %ns,
-                k8s.pod.name = %name,
-                k8s.pod.uid = %uid,
-                reason = self.m.reasons.get(known).map(KillReason::as_str),
-            );
-            self.inner.timelines.open_trace(uid, self.trace.clone());
+            // a worker restarted after a panic continues its termination's trace
+            self.trace = match self.inner.timelines.trace(uid) {
+                Some(open) => open,
+                None => {
+                    let span = tracing::info_span!(
+                        target: crate::timeline::TRACE_TARGET,
+                        "pod_termination",
+                        k8s.pod.namespace = %ns,
+                        k8s.pod.name = %name,
+                        k8s.pod.uid = %uid,
+                        reason = self.m.reasons.get(known).map(KillReason::as_str),
+                    );
+                    self.inner.timelines.open_trace(uid, span.clone());
+                    span
+                }
+            };
         }
         let (g, from) = grace::effective_grace_from(
             held,
@@ -393,6 +400,13 @@ impl<R: Runtime> Worker<R> {
             grace_override,
             self.m.spec_grace,
         );
+        // a reason the lifecycle took no grace from (it came after the containers stopped)
+        // leaves the grace it held
+        let from = if self.m.grace == Some(g) {
+            from
+        } else {
+            grace::GraceSource::Held
+        };
         for r in &self.m.reasons[known..] {
             let detail = match r {
                 KillReason::Requested { message, .. } => Some(message.clone()),
