@@ -221,17 +221,12 @@ pub async fn kill_pod_reporting<R: Runtime>(
         });
     }
     let finals = final_states(runtime, uid, &after).await?;
-    // each container's latest attempt is the one this kill ended
-    let mut latest: Vec<&ContainerFinal> = Vec::new();
+    // each container's latest attempt is the one this kill ended (record_exit keeps one exit
+    // per container)
     for f in &finals {
-        match latest.iter_mut().find(|l| l.name == f.name) {
-            Some(l) if (l.attempt, l.finished_at) < (f.attempt, f.finished_at) => *l = f,
-            Some(_) => {}
-            None => latest.push(f),
+        if let Some(l) = crate::status::latest_attempt(&finals, &f.name) {
+            timeline.record_exit(&l.name, l.finished_at, l.exit_code);
         }
-    }
-    for f in latest {
-        timeline.record_exit(&f.name, f.finished_at, f.exit_code);
     }
     Ok(KillReport {
         containers_stopped,

@@ -148,6 +148,15 @@ pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 /// RFC 3339 at second precision, as the API server stores `metav1.Time`.
+/// Container `name`'s latest attempt among `finals` (the one a terminal status reports, and
+/// the one a kill ended).
+pub fn latest_attempt<'a>(finals: &'a [ContainerFinal], name: &str) -> Option<&'a ContainerFinal> {
+    finals
+        .iter()
+        .filter(|f| f.name == name)
+        .max_by_key(|f| (f.attempt, f.finished_at))
+}
+
 pub fn rfc3339(ns: i64) -> String {
     let ts =
         jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
@@ -227,18 +236,12 @@ pub fn terminal_status(
         });
     }
     let attempts = |name: &str| finals.iter().filter(|f| f.name == name).count();
-    let end = |name: &str| {
-        let latest = finals
-            .iter()
-            .filter(|f| f.name == name)
-            .max_by_key(|f| (f.attempt, f.finished_at));
-        match latest {
-            None => End::Absent,
-            Some(f) if f.state == ContainerRunState::Created => End::NeverStarted {
-                earlier: attempts(name) > 1,
-            },
-            Some(f) => End::Exited(f),
-        }
+    let end = |name: &str| match latest_attempt(finals, name) {
+        None => End::Absent,
+        Some(f) if f.state == ContainerRunState::Created => End::NeverStarted {
+            earlier: attempts(name) > 1,
+        },
+        Some(f) => End::Exited(f),
     };
     let regular: Vec<End> = pod.containers.iter().map(|c| end(&c.name)).collect();
     let sidecars: Vec<End> = pod.sidecars.iter().map(|c| end(&c.name)).collect();

@@ -475,10 +475,32 @@ impl Timelines {
     }
 
     /// The newest timeline `q` names: one still terminating first, else the newest finished.
+    /// Copies that one timeline only (the store may keep 100000).
     pub fn find(&self, q: &Query) -> Option<Timeline> {
-        let all = self.all();
-        let mut matching: Vec<Timeline> = all.into_iter().filter(|t| q.matches(t)).collect();
-        matching.pop()
+        let read = |t: &Arc<Mutex<Timeline>>| t.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (active, finished): (Vec<_>, Vec<_>) = {
+            let s = self.lock();
+            (
+                s.active.values().cloned().collect(),
+                s.finished.iter().map(|(_, t)| t.clone()).collect(),
+            )
+        };
+        let mut found: Option<Timeline> = None;
+        for t in &active {
+            let t = t.lock().unwrap_or_else(|e| e.into_inner());
+            let newer = found
+                .as_ref()
+                .is_none_or(|f| t.started_unix_ns >= f.started_unix_ns);
+            if q.matches(&t) && newer {
+                found = Some(t.clone());
+            }
+        }
+        found.or_else(|| {
+            finished.iter().rev().find_map(|t| {
+                let m = q.matches(&t.lock().unwrap_or_else(|e| e.into_inner()));
+                m.then(|| read(t))
+            })
+        })
     }
 
     /// Every kept timeline, finished ones oldest first, then those still terminating (by

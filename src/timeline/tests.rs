@@ -230,8 +230,20 @@ fn svg_draws_the_deadline_where_the_data_says_and_marks_the_sigkill() {
         2,
         "the line and its label"
     );
-    // well-formed enough: every tag closed
-    assert_eq!(svg.matches("<rect").count(), svg.matches("<rect").count());
+    // well-formed enough: every rect is self-closed or closed, every title closed
+    let rects = svg.matches("<rect").count();
+    let closed = svg
+        .split("<rect")
+        .skip(1)
+        .filter(|r| {
+            r.split('>').next().is_some_and(|head| head.ends_with('/')) || r.contains("</rect>")
+        })
+        .count();
+    assert_eq!(rects, closed, "{svg}");
+    assert_eq!(
+        svg.matches("<title>").count(),
+        svg.matches("</title>").count()
+    );
     assert!(!svg.contains("NaN"));
 }
 
@@ -251,4 +263,12 @@ fn exit_codes_name_their_signal() {
     assert_eq!(signal_of(143), Some("SIGTERM"));
     assert_eq!(signal_of(0), None);
     assert_eq!(signal_of(1), None);
+}
+
+#[test]
+fn a_sandbox_id_of_any_text_is_shortened_without_a_panic() {
+    let d = text::describe(&Step::SandboxStopped {
+        sandbox: "ééééééééééééééé".into(),
+    });
+    assert_eq!(d, "sandbox ééééééééééééé stopped");
 }
