@@ -2,7 +2,8 @@
 # reaplet's whole test suite. Installs what it needs (containerd, runc, busybox-static from
 # Debian's packages; busybox and pause images built locally; the real kube-apiserver, etcd,
 # kubelet, controller manager and scheduler v1.36 built from the Go module proxy by
-# testbed/kube.sh and cached in ~/.cache/reaplet/kube; cargo-deb, cached in
+# testbed/kube.sh and cached in ~/.cache/reaplet/kube; helm v4, built the same way by
+# testbed/helm.sh and cached in ~/.cache/reaplet/helm; cargo-deb, cached in
 # ~/.cache/reaplet/tools), builds the Debian package (and a second one, a higher revision, for
 # the VM test's upgrade) and the DaemonSet's image from its release binary, then: format check,
 # clippy with warnings as errors, unit tests, and the integration tests against real containerd
@@ -34,7 +35,7 @@ ME=scripts/test.sh
 FEATURES=test-hooks,testbed
 TARGET=${CARGO_TARGET_DIR:-target}
 LOG=$TARGET/test.log
-STEPS=10
+STEPS=11
 # cargo-deb, pinned, installed once outside the repository
 CARGO_DEB_VERSION=3.8.0
 CARGO_DEB_ROOT=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}/tools/cargo-deb
@@ -86,6 +87,9 @@ setup 3 "VM image" "testbed/vm/image.sh (cached, digests checked; the first buil
 setup 4 "Kubernetes components" \
     "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \
     testbed/kube.sh build
+setup 5 "helm" \
+    "helm v4 from the Go module proxy, for the chart's test on the real cluster (testbed/helm.sh; cached; a cold build takes 4 to 12 min)" \
+    testbed/helm.sh build
 
 # The Debian package, built with the production features only (cargo deb builds none), and the
 # same package at Debian revision 2 for the VM test's upgrade: $TARGET/debian/reaplet_V-1_amd64.deb
@@ -108,18 +112,18 @@ package() {
     say "package: $main"
     say "package for the VM test's upgrade: $upgrade"
 }
-setup 5 "package" \
+setup 6 "package" \
     "the Debian package, production features (cargo deb; installs cargo-deb $CARGO_DEB_VERSION when missing)" \
     package
-setup 6 "reaplet image" "the DaemonSet's image from the release binary (testbed/testbed.sh reaplet-image)" \
+setup 7 "reaplet image" "the DaemonSet's image from the release binary (testbed/testbed.sh reaplet-image)" \
     quiet testbed/testbed.sh reaplet-image "$TARGET/release/reaplet"
 
-step 7 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
+step 8 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
     cargo fmt --all -- --check || true
-step 8 "clippy" "all targets, features $FEATURES, warnings as errors" \
+step 9 "clippy" "all targets, features $FEATURES, warnings as errors" \
     cargo clippy --all-targets --locked --features "$FEATURES" -- -D warnings || true
 # the production build (no test machinery) must be clean too
-step 9 "clippy (production)" "the binary and library without features, warnings as errors" \
+step 10 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
 
 run_tests() {
@@ -128,7 +132,7 @@ run_tests() {
     RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --all-targets --locked \
         --features "$FEATURES" -- --show-output 2>&1 | tee "$LOG"
 }
-step 10 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
+step 11 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
     run_tests || true
 
 # summarise LOG: which test binaries failed and which of their tests, from cargo's output
@@ -178,7 +182,7 @@ for f in ${failed[@]+"${failed[@]}"}; do
 done
 LOG=$LOG summarise
 if [ ${#failed[@]} = 0 ]; then
-    say "all passed: packages, images, VM image, Kubernetes components, Debian package, reaplet image, fmt, clippy (twice), every test binary"
+    say "all passed: packages, images, VM image, Kubernetes components, helm, Debian package, reaplet image, fmt, clippy (twice), every test binary"
     exit 0
 fi
 say "full test output: $LOG"

@@ -75,8 +75,9 @@ pub struct AgentConfig {
     /// `--authority`: primary, standby beside a kubelet, or auto (see [`crate::standby`]);
     /// without an API reaplet is primary whatever this says.
     pub authority: AuthoritySetting,
-    /// The kubelet's health endpoint, one of the two signals of a dead kubelet.
-    pub kubelet_healthz_url: String,
+    /// The kubelet's health endpoint, one of the two signals of a dead kubelet; `None`: the
+    /// kubelet serves none (`healthzPort` 0), the Lease alone decides.
+    pub kubelet_healthz_url: Option<String>,
     /// How long the node Lease must go unrenewed (with the endpoint failing) for a takeover.
     pub takeover_after: Duration,
     /// How often standby looks at the Lease and the endpoint.
@@ -122,7 +123,7 @@ impl AgentConfig {
             watchdog: None,
             systemd_bus: None,
             authority: AuthoritySetting::Auto,
-            kubelet_healthz_url: standby::DEFAULT_HEALTHZ_URL.into(),
+            kubelet_healthz_url: Some(standby::DEFAULT_HEALTHZ_URL.into()),
             takeover_after: standby::DEFAULT_TAKEOVER_AFTER,
             standby_poll: Duration::from_secs(2),
             eviction: crate::eviction::EvictionConfig::default(),
@@ -150,7 +151,12 @@ pub enum AgentError {
         "the API server has refused reaplet's credentials for {0:?}: stopped so that a restart reads them again (a rotated client certificate)"
     )]
     CredentialsRejected(Duration),
-    #[error("status endpoint {address}: {source}")]
+    /// Another process listens on the status address (`EADDRINUSE`).
+    #[error(
+        "status endpoint {0} is in use by another process: give reaplet another address with --metrics-bind-address (metricsBindAddress in its config file)"
+    )]
+    AddressInUse(SocketAddr),
+    #[error("status endpoint {address} (--metrics-bind-address, metricsBindAddress): {source}")]
     Listen {
         address: SocketAddr,
         source: std::io::Error,
@@ -273,14 +279,16 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     // the agent's own token: the caller's stop, or the agent giving up (credentials refused)
     let cancel = stop.child_token();
     let mut source_end: Option<tokio::task::JoinHandle<api::source::SourceEnd>> = None;
-    let listener = match cfg.metrics_bind_address {
-        Some(address) => Some(
-            tokio::net::TcpListener::bind(address)
-                .await
-                .map_err(|source| AgentError::Listen { address, source })?,
-        ),
-        None => None,
-    };
+    let listener =
+        match cfg.metrics_bind_address {
+            Some(address) => Some(tokio::net::TcpListener::bind(address).await.map_err(
+                |source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => AgentError::AddressInUse(address),
+                    _ => AgentError::Listen { address, source },
+                },
+            )?),
+            None => None,
+        };
     let metrics = cfg
         .metrics
         .clone()

@@ -5,18 +5,18 @@
 //! Invariants:
 //! * it reads and asks, never changes anything (no cgroup, pod, lock or file is touched);
 //! * the output is one table ([`render`]): a `CHECK` column, `PASS`/`WARN`/`FAIL`, a detail;
-//!   the exit code is 1 when a line fails, else 0 (warnings included).
+//!   the exit code is 1 when a line fails, else 0 (warnings included);
+//! * the API permissions reviewed are exactly those the configured modes use (`check/access.rs`).
 
 use crate::agent::detect_cgroup_driver;
 use crate::agent::start::{HostNameError, node_name};
 use crate::cgroups::{self, CgroupMode};
 use crate::config::{KubeletSummary, Loaded, Settings};
 use crate::cri::{CriClient, CriConfig, CriError, EventSource, Runtime};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use kube::api::PostParams;
 use std::path::Path;
+
+mod access;
+pub use access::{Need, Target, needed, taint_manager};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -49,16 +49,6 @@ fn line(check: &'static str, outcome: Outcome, detail: impl Into<String>) -> Lin
         detail: detail.into(),
     }
 }
-
-/// The API permissions reaplet needs: (verb, resource, subresource).
-pub const NEEDED: &[(&str, &str, &str)] = &[
-    ("list", "pods", ""),
-    ("watch", "pods", ""),
-    ("get", "pods", ""),
-    ("delete", "pods", ""),
-    ("patch", "pods", "status"),
-    ("create", "events", ""),
-];
 
 /// Where the host's facts are read (production: the real paths; tests: fixtures).
 pub struct HostPaths<'a> {
@@ -304,7 +294,7 @@ pub async fn run(
         )),
         Ok(Some(cfg)) => {
             let client = kube::Client::try_from(cfg.clone()).ok();
-            out.push(api_check(cfg, node).await);
+            out.push(access::check(cfg, node, &needed(settings)).await);
             out.push(authority_check(settings, node, client).await);
         }
     }
@@ -428,7 +418,12 @@ async fn authority_check(settings: &Settings, node: &str, client: Option<kube::C
     if d.mode == Mode::Primary {
         return line("authority", Outcome::Pass, detail);
     }
-    let health = standby::probe(&cfg.healthz_url, cfg.probe_timeout).await;
+    // the kubelet serves no health endpoint (healthzPort 0): nothing to fail
+    let Some(url) = &cfg.healthz_url else {
+        let why = "kubelet healthz disabled (healthzPort 0): the Lease alone decides";
+        return line("authority", Outcome::Pass, format!("{detail}; {why}"));
+    };
+    let health = standby::probe(url, cfg.probe_timeout).await;
     let outcome = if health == Health::Ok {
         Outcome::Pass
     } else {
@@ -437,116 +432,8 @@ async fn authority_check(settings: &Settings, node: &str, client: Option<kube::C
     line(
         "authority",
         outcome,
-        format!(
-            "{detail}; kubelet healthz {}: {}",
-            cfg.healthz_url,
-            health.as_str()
-        ),
+        format!("{detail}; kubelet healthz {url}: {}", health.as_str()),
     )
-}
-
-async fn api_check(cfg: kube::Config, node: &str) -> Line {
-    let url = cfg.cluster_url.to_string();
-    let client = match kube::Client::try_from(cfg) {
-        Ok(c) => c,
-        Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
-    };
-    // every review asks for what reaplet really sends: its lists and watches carry the node's
-    // field selector (the Node authorizer allows a node nothing wider), and a GET names a pod;
-    // a node may GET only pods bound to it, so the review names one of this node's pods
-    let on_node = format!("spec.nodeName={node}");
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
-    let sample = match pods
-        .list(&kube::api::ListParams::default().fields(&on_node).limit(1))
-        .await
-    {
-        Ok(l) => l.items.into_iter().next().map(|p| {
-            (
-                p.metadata.namespace.unwrap_or_default(),
-                p.metadata.name.unwrap_or_default(),
-            )
-        }),
-        Err(e) => {
-            return line(
-                "kubeconfig",
-                Outcome::Fail,
-                format!("{url}: listing this node's pods ({on_node}): {e}"),
-            );
-        }
-    };
-    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
-    let mut denied = Vec::new();
-    let mut unasked = Vec::new();
-    for (verb, resource, sub) in NEEDED {
-        let pod_get = *resource == "pods" && *verb == "get";
-        let (namespace, name) = match (pod_get, &sample) {
-            (false, _) => (None, None),
-            (true, Some((ns, name))) => (Some(ns.clone()), Some(name.clone())),
-            (true, None) => {
-                unasked.push(format!("{verb} {resource}"));
-                continue;
-            }
-        };
-        let selector = (*resource == "pods" && matches!(*verb, "list" | "watch")).then(|| {
-            k8s_openapi::api::authorization::v1::FieldSelectorAttributes {
-                raw_selector: Some(on_node.clone()),
-                requirements: None,
-            }
-        });
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some((*verb).into()),
-                    resource: Some((*resource).into()),
-                    subresource: (!sub.is_empty()).then(|| (*sub).into()),
-                    field_selector: selector,
-                    namespace,
-                    name,
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
-        match api.create(&PostParams::default(), &review).await {
-            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => denied.push(if sub.is_empty() {
-                format!("{verb} {resource}")
-            } else {
-                format!("{verb} {resource}/{sub}")
-            }),
-            Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
-        }
-    }
-    if denied.is_empty() && !unasked.is_empty() {
-        return line(
-            "kubeconfig",
-            Outcome::Warn,
-            format!(
-                "{url}: permitted to {} of {} needed verbs (node {node}); not asked: {} (no pod \
-                 on this node to name)",
-                NEEDED.len() - unasked.len(),
-                NEEDED.len(),
-                unasked.join(", ")
-            ),
-        );
-    }
-    if denied.is_empty() {
-        line(
-            "kubeconfig",
-            Outcome::Pass,
-            format!(
-                "{url}: permitted to {} (node {node})",
-                NEEDED.len().to_string() + " needed verbs"
-            ),
-        )
-    } else {
-        line(
-            "kubeconfig",
-            Outcome::Fail,
-            format!("{url}: not permitted: {}", denied.join(", ")),
-        )
-    }
 }
 
 #[cfg(test)]

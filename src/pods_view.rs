@@ -24,7 +24,7 @@ pub struct PodsArgs {
     /// The kubelet's config file, as for `reaplet run`.
     #[arg(long, env = "REAPLET_KUBELET_CONFIG")]
     kubelet_config: Option<String>,
-    /// The agent's status endpoint (default: from the config, else 127.0.0.1:10258).
+    /// The agent's status endpoint (default: from the config, else 127.0.0.1:10266).
     #[arg(
         long,
         alias = "metrics-bind-address",
@@ -81,7 +81,7 @@ pub enum PodsError {
 }
 
 /// The agent's status endpoint: `--address`, else the config's metricsBindAddress (an
-/// unspecified address, as in 0.0.0.0:10258, is reached on loopback).
+/// unspecified address, as in 0.0.0.0:10266, is reached on loopback).
 pub fn agent_address(args: &PodsArgs) -> Result<SocketAddr, ConfigError> {
     let raw = RawSettings {
         metrics_bind_address: args.address.clone(),

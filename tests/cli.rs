@@ -37,6 +37,8 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("--metrics-bind-address", "metricsBindAddress", "localhost"),
     ("--log-format", "logFormat", "xml"),
     ("--volume-unmount-timeout", "volumeUnmountTimeout", "0s"),
+    ("--healthz-port", "healthzPort", "65536"),
+    ("--healthz-bind-address", "healthzBindAddress", "a b"),
 ];
 
 #[test]
@@ -219,7 +221,7 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
     // may GET only a pod bound to it, by name)
     let kc_row = row(&out, "kubeconfig");
     assert!(
-        kc_row.contains("WARN") && kc_row.contains("permitted to 5 of 6 needed verbs"),
+        kc_row.contains("WARN") && kc_row.contains("permitted to 6 of 7 needed verbs"),
         "{out}"
     );
     assert!(kc_row.contains("not asked: get pods"), "{out}");

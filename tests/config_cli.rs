@@ -170,7 +170,8 @@ fn a_kubeadm_nodes_kubelet_config_is_read_as_it_is() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}{stdout}");
         let line = row(&stdout, "kubelet config");
         assert!(
-            line.contains(&fixture_s) && line.contains("cgroupDriver, staticPodPath"),
+            line.contains(&fixture_s)
+                && line.contains("cgroupDriver, healthzBindAddress, healthzPort, staticPodPath"),
             "{line}"
         );
         assert!(
@@ -274,7 +275,25 @@ fn run_logs_the_ignored_kubelet_fields_in_one_line() {
     ] {
         assert!(ignored.split(',').any(|i| i == f), "{f} not in {ignored}");
     }
-    assert_eq!(line["used"], "cgroupDriver,staticPodPath", "{line}");
+    assert_eq!(
+        line["used"], "cgroupDriver,healthzBindAddress,healthzPort,staticPodPath",
+        "{line}"
+    );
+    // kubeadm writes the kubelet's healthz fields out: the probe is where they say, one line
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let probe: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["message"] == "kubelet healthz probe")
+        .collect();
+    assert_eq!(probe.len(), 1, "{logs}");
+    assert_eq!(probe[0]["url"], "http://127.0.0.1:10248/healthz", "{logs}");
+    assert!(
+        probe[0]["from"]
+            .as_str()
+            .is_some_and(|f| f.contains("the kubelet's config file")),
+        "{logs}"
+    );
     sigterm(child.id());
     let status = child.wait().unwrap();
     assert!(status.code().is_some(), "{status:?}");
@@ -418,4 +437,64 @@ fn sigterm_during_start_up_is_a_clean_stop() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// The status address taken by another process (here: this test's listener) is a start error
+/// naming the address and the flag and file field that move it, in one line; nothing is
+/// started (exit 1, not the configuration's 64: the address itself is valid, and a restart may
+/// find it free).
+#[test]
+fn a_taken_status_address_is_a_start_error_naming_it_and_the_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let mut child = reaplet()
+        .args(["run", "--hostname-override", "n", "--pod-manifest-path"])
+        .arg(&manifests)
+        .args([
+            "--container-runtime-endpoint",
+            "unix:///nonexistent/cri.sock",
+            "--cgroup-driver",
+            "cgroupfs",
+            "--metrics-bind-address",
+            &address,
+            "--log-format",
+            "json",
+            "--root-dir",
+        ])
+        .arg(dir.path().join("root"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _g = KillOnDrop(child.id());
+    // the bind is the agent's first step, before any runtime call: well within 10 s
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "reaplet did not exit within 10 s with its status address taken"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    // the last line is the reason (the JSON log lines come before it)
+    let reason = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(reason.starts_with("reaplet: "), "{stderr}");
+    for needle in [
+        address.as_str(),
+        "in use",
+        "--metrics-bind-address",
+        "metricsBindAddress",
+    ] {
+        assert!(reason.contains(needle), "{needle:?} not in {reason:?}");
+    }
+    drop(taken);
 }

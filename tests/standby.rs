@@ -69,7 +69,7 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     let kc = api.write_kubeconfig(h.root.path(), NODE);
     let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
     cfg.authority = AuthoritySetting::Auto;
-    cfg.kubelet_healthz_url = kubelet.url();
+    cfg.kubelet_healthz_url = Some(kubelet.url());
     cfg.takeover_after = TAKEOVER_AFTER;
     cfg.standby_poll = POLL;
     let cancel = h.cancel.clone();

@@ -134,6 +134,12 @@ pub async fn agent_config(
         })
         .map(Duration::from_micros);
     let standalone = s.pod_manifest_path.is_some();
+    tracing::info!(
+        target: LOG_TARGET,
+        url = s.kubelet_healthz_url.as_deref().unwrap_or("none (healthzPort 0: the Lease alone decides)"),
+        from = s.kubelet_healthz_from.as_str(),
+        "kubelet healthz probe"
+    );
     let cfg = AgentConfig {
         node_name,
         runtime,

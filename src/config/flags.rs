@@ -67,7 +67,7 @@ pub struct Flags {
     /// Default 50.
     #[arg(long, env = "REAPLET_EVENT_BURST")]
     event_burst: Option<String>,
-    /// Status endpoint: /metrics, /healthz, /readyz, /pods (default 127.0.0.1:10258).
+    /// Status endpoint: /metrics, /healthz, /readyz, /pods (default 127.0.0.1:10266).
     #[arg(long, env = "REAPLET_METRICS_BIND_ADDRESS")]
     metrics_bind_address: Option<String>,
     /// auto, text, json or journald (default auto: journald under systemd, else text).
@@ -89,9 +89,18 @@ pub struct Flags {
     /// node's Lease at start (default auto).
     #[arg(long, env = "REAPLET_AUTHORITY")]
     authority: Option<String>,
-    /// The kubelet's health endpoint, watched in standby (default http://127.0.0.1:10248/healthz).
+    /// The kubelet's health endpoint, watched in standby (default: from --healthz-port and
+    /// --healthz-bind-address, http://127.0.0.1:10248/healthz); wins over those two.
     #[arg(long, env = "REAPLET_KUBELET_HEALTHZ_URL")]
     kubelet_healthz_url: Option<String>,
+    /// The kubelet's --healthz-port, where standby probes its /healthz (default: the kubelet's
+    /// config file, else 10248; 0: the kubelet serves none, the Lease alone decides).
+    #[arg(long, env = "REAPLET_HEALTHZ_PORT")]
+    healthz_port: Option<String>,
+    /// The kubelet's --healthz-bind-address (default: the kubelet's config file, else
+    /// 127.0.0.1; 0.0.0.0 or :: is probed on loopback).
+    #[arg(long, env = "REAPLET_HEALTHZ_BIND_ADDRESS")]
+    healthz_bind_address: Option<String>,
     /// Standby takes over when the node Lease is unrenewed this long and healthz fails (default 40s).
     #[arg(long, env = "REAPLET_TAKEOVER_AFTER")]
     takeover_after: Option<String>,
@@ -163,6 +172,8 @@ impl Flags {
             container_events: self.container_events.clone(),
             authority: self.authority.clone(),
             kubelet_healthz_url: self.kubelet_healthz_url.clone(),
+            healthz_port: self.healthz_port.clone(),
+            healthz_bind_address: self.healthz_bind_address.clone(),
             takeover_after: self.takeover_after.clone(),
             enable_taint_manager: self.enable_taint_manager.clone(),
             enforce_node_affinity: self.enforce_node_affinity.clone(),

@@ -17,7 +17,9 @@
 //!   [`KubeletFile::ignored`] (nested ones as `logging.verbosity`), never an error, so the file
 //!   of any kubelet version loads;
 //! * a zero value (`0s`, `""`, `0`), as `kubeadm` writes for every field it leaves to the
-//!   kubelet's defaults, means "not set": reaplet's own default applies;
+//!   kubelet's defaults, means "not set": reaplet's own default applies; except `healthzPort`,
+//!   a pointer in the kubelet's type (absent is its default 10248, `0` is "no health
+//!   endpoint": see [`super::healthz`]);
 //! * the honoured fields are type-checked as the kubelet decodes them (durations are Go
 //!   duration strings, `cgroupsPerQOS` a boolean, the QPS and burst fields numbers) and
 //!   validated as the kubelet validates them; every error names the kubelet's field path and the
@@ -48,6 +50,8 @@ pub const HONOURED: &[&str] = &[
     "shutdownGracePeriodByPodPriority",
     "tracing.endpoint",
     "tracing.samplingRatePerMillion",
+    "healthzPort",
+    "healthzBindAddress",
 ];
 
 /// One `shutdownGracePeriodByPodPriority` entry: pods of at least `priority` (and below the
@@ -192,6 +196,16 @@ fn number(field: &'static str, v: &Value, path: &Path) -> Result<Option<String>,
     }
 }
 
+/// A whole number kept as it is, `0` included (`healthzPort`: 0 is the kubelet's "off");
+/// absent or `null` is unset. Range checks are the setting's ([`super::healthz`]).
+fn whole(field: &'static str, v: &Value, path: &Path) -> Result<Option<String>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(Some(n.to_string())),
+        o => Err(at(field, path, format!("{o} must be a whole number"))),
+    }
+}
+
 /// A Go duration string (`metav1.Duration`); negative durations are errors.
 fn go_duration(field: &'static str, v: &Value, path: &Path) -> Result<Duration, ConfigError> {
     match v {
@@ -252,6 +266,10 @@ const SHARED: &[(&str, Read, Setting)] = &[
     ("kubeAPIBurst", number, |r| &mut r.kube_api_burst),
     ("eventRecordQPS", number, |r| &mut r.event_qps),
     ("eventBurst", number, |r| &mut r.event_burst),
+    ("healthzPort", whole, |r| &mut r.healthz_port),
+    ("healthzBindAddress", string, |r| {
+        &mut r.healthz_bind_address
+    }),
 ];
 
 /// The kubelet's shutdown periods: zero, or at least a second.
@@ -508,15 +526,30 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Auto);
         assert!(s.cgroups_per_qos);
         assert_eq!(s.shutdown, ShutdownSettings::default());
+        // kubeadm writes the kubelet's healthz defaults out: the probe is where they say
+        assert_eq!(
+            s.kubelet_healthz_url.as_deref(),
+            Some("http://127.0.0.1:10248/healthz")
+        );
+        assert_eq!(
+            s.kubelet_healthz_from,
+            super::super::HealthzFrom::KubeletConfig
+        );
         let k = l.kubelet.unwrap();
-        assert_eq!(k.used, ["cgroupDriver", "staticPodPath"]);
+        assert_eq!(
+            k.used,
+            [
+                "cgroupDriver",
+                "healthzBindAddress",
+                "healthzPort",
+                "staticPodPath"
+            ]
+        );
         for f in [
             "authentication",
             "authorization",
             "clusterDNS",
             "clusterDomain",
-            "healthzBindAddress",
-            "healthzPort",
             "rotateCertificates",
             "resolvConf",
             "syncFrequency",
@@ -561,6 +594,8 @@ mod tests {
             "shutdownGracePeriod: 30s\n",
             "shutdownGracePeriodCriticalPods: 10s\n",
             "tracing:\n  endpoint: otel:4317\n  samplingRatePerMillion: 10\n",
+            "healthzPort: 10300\n",
+            "healthzBindAddress: \"::\"\n",
             "maxPods: 110\n",
         ))
         .unwrap();
@@ -581,6 +616,10 @@ mod tests {
         assert_eq!((s.kube_api_qps, s.kube_api_burst), (50.0, 100));
         assert_eq!((s.event_qps, s.event_burst), (5.0, 10));
         assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(
+            s.kubelet_healthz_url.as_deref(),
+            Some("http://[::1]:10300/healthz")
+        );
         assert_eq!(
             s.tracing,
             Some(crate::otel::TracingConfig {

@@ -23,11 +23,13 @@
 //!   ([`Settings::tracing`] is `None`).
 
 pub mod flags;
+pub mod healthz;
 pub mod kubelet;
 mod values;
 
 use crate::cgroups::{CgroupDriver, CgroupNaming};
 use crate::standby::AuthoritySetting;
+pub use healthz::HealthzFrom;
 pub use kubelet::{KubeletFile, PodPriorityGrace, ShutdownSettings};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -93,6 +95,10 @@ pub struct RawSettings {
     pub authority: Option<String>,
     #[serde(rename = "kubeletHealthzURL")]
     pub kubelet_healthz_url: Option<String>,
+    /// The kubelet's `healthzPort` and `healthzBindAddress`: where its health endpoint is
+    /// (`kubeletHealthzURL` wins over them; see [`healthz`]).
+    pub healthz_port: Option<String>,
+    pub healthz_bind_address: Option<String>,
     pub takeover_after: Option<String>,
     pub enable_taint_manager: Option<String>,
     pub enforce_node_affinity: Option<String>,
@@ -280,6 +286,8 @@ macro_rules! every_field {
             container_events,
             authority,
             kubelet_healthz_url,
+            healthz_port,
+            healthz_bind_address,
             takeover_after,
             enable_taint_manager,
             enforce_node_affinity,
@@ -407,6 +415,8 @@ pub const FIELDS: &[&str] = &[
     "containerEvents",
     "authority",
     "kubeletHealthzURL",
+    "healthzPort",
+    "healthzBindAddress",
     "takeoverAfter",
     "enableTaintManager",
     "enforceNodeAffinity",
@@ -482,8 +492,11 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     /// Primary, standby beside a kubelet, or auto ([`crate::standby`]).
     pub authority: AuthoritySetting,
-    /// The kubelet's health endpoint (`http://` only).
-    pub kubelet_healthz_url: String,
+    /// The kubelet's health endpoint (`http://` only); `None`: the kubelet serves none
+    /// (`healthzPort` 0), the Lease alone decides.
+    pub kubelet_healthz_url: Option<String>,
+    /// Where that came from (for the start-up line).
+    pub kubelet_healthz_from: HealthzFrom,
     /// How long the node Lease must go unrenewed, with the endpoint failing, for a takeover.
     pub takeover_after: Duration,
     /// The NoExecute taint manager (the controller manager's flag); `None`: decided by the
@@ -507,7 +520,10 @@ pub struct Settings {
 }
 
 /// The default metrics and status address (loopback only).
-pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:10258";
+/// 10266: no Kubernetes component's default (the kubelet's are 10248, 10250 and 10255,
+/// kube-proxy's 10249 and 10256, the controller manager's 10257, the cloud controller
+/// manager's 10258 and 10260, the scheduler's 10259).
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:10266";
 
 /// Resolves one merged layer (flags > environment > file, see [`RawSettings::over`]) into
 /// validated settings.
@@ -607,7 +623,7 @@ fn resolve_over(
     let metrics_bind_address: SocketAddr = metrics.trim().parse().map_err(|_| {
         err(
             "metricsBindAddress",
-            format!("{metrics:?} is not an address like 127.0.0.1:10258"),
+            format!("{metrics:?} is not an address like {DEFAULT_METRICS_ADDRESS}"),
         )
     })?;
     let log_format = match raw.log_format.as_deref().map(str::trim) {
@@ -631,22 +647,11 @@ fn resolve_over(
             )
         })?,
     };
-    let kubelet_healthz_url = raw
-        .kubelet_healthz_url
-        .map(|v| v.trim().to_owned())
-        .unwrap_or_else(|| crate::standby::DEFAULT_HEALTHZ_URL.into());
-    match kubelet_healthz_url.parse::<hyper::Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => {}
-        _ => {
-            return Err(err(
-                "kubeletHealthzURL",
-                format!(
-                    "{kubelet_healthz_url:?}: must be an http:// URL like {}",
-                    crate::standby::DEFAULT_HEALTHZ_URL
-                ),
-            ));
-        }
-    }
+    let (kubelet_healthz_url, kubelet_healthz_from) = healthz::resolve(
+        raw.kubelet_healthz_url,
+        raw.healthz_port,
+        raw.healthz_bind_address,
+    )?;
     Ok(Settings {
         kubeconfig,
         kubelet_config,
@@ -684,6 +689,7 @@ fn resolve_over(
         shutdown,
         authority,
         kubelet_healthz_url,
+        kubelet_healthz_from,
         takeover_after: duration(
             "takeoverAfter",
             raw.takeover_after,
@@ -803,6 +809,7 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     };
     // the kubelet's values alone first, so an error names the kubelet's field and file
     file.validate(&upper, &path)?;
+    let own_healthz = upper.healthz_port.is_some() || upper.healthz_bind_address.is_some();
     let mut settings = resolve_over(
         upper.over(file.raw.clone()),
         file.shutdown.clone(),
@@ -810,6 +817,10 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     )?;
     settings.kubelet_config = Some(path.clone());
     settings.kubelet_static_pod_path = file.static_pod_path.clone();
+    // the kubelet's fields, neither given by reaplet's settings: from the kubelet's file
+    if settings.kubelet_healthz_from == HealthzFrom::Settings && !own_healthz {
+        settings.kubelet_healthz_from = HealthzFrom::KubeletConfig;
+    }
     Ok(Loaded {
         settings,
         kubelet: Some(KubeletSummary {

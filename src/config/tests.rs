@@ -45,6 +45,8 @@ pub const INVALID: &[(&str, &str)] = &[
     ("containerEvents", "yes"),
     ("authority", "secondary"),
     ("kubeletHealthzURL", "https://127.0.0.1:10248/healthz"),
+    ("healthzPort", "65536"),
+    ("healthzBindAddress", "not an address"),
     ("takeoverAfter", "10s"),
     ("enableTaintManager", "on"),
     ("enforceNodeAffinity", "1"),
@@ -90,6 +92,8 @@ fn set(field: &str, v: &str) -> RawSettings {
         "containerEvents" => r.container_events = v,
         "authority" => r.authority = v,
         "kubeletHealthzURL" => r.kubelet_healthz_url = v,
+        "healthzPort" => r.healthz_port = v,
+        "healthzBindAddress" => r.healthz_bind_address = v,
         "takeoverAfter" => r.takeover_after = v,
         "enableTaintManager" => r.enable_taint_manager = v,
         "enforceNodeAffinity" => r.enforce_node_affinity = v,
@@ -353,7 +357,10 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
     use crate::standby::AuthoritySetting;
     let s = resolve(raw()).unwrap();
     assert_eq!(s.authority, AuthoritySetting::Auto);
-    assert_eq!(s.kubelet_healthz_url, "http://127.0.0.1:10248/healthz");
+    assert_eq!(
+        s.kubelet_healthz_url.as_deref(),
+        Some("http://127.0.0.1:10248/healthz")
+    );
     assert_eq!(s.takeover_after, Duration::from_secs(40));
     let s = resolve(RawSettings {
         authority: Some("standby".into()),
@@ -363,7 +370,10 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
     })
     .unwrap();
     assert_eq!(s.authority, AuthoritySetting::Standby);
-    assert_eq!(s.kubelet_healthz_url, "http://[::1]:9999/healthz");
+    assert_eq!(
+        s.kubelet_healthz_url.as_deref(),
+        Some("http://[::1]:9999/healthz")
+    );
     assert_eq!(s.takeover_after, Duration::from_secs(25));
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c.yaml");
@@ -374,7 +384,10 @@ fn authority_defaults_to_auto_beside_the_kubelets_healthz_after_40s() {
     .unwrap();
     let s = resolve(RawSettings::from_file(&f).unwrap()).unwrap();
     assert_eq!(s.authority, AuthoritySetting::Primary);
-    assert_eq!(s.kubelet_healthz_url, "http://127.0.0.1:1/healthz");
+    assert_eq!(
+        s.kubelet_healthz_url.as_deref(),
+        Some("http://127.0.0.1:1/healthz")
+    );
     assert_eq!(s.takeover_after, Duration::from_secs(60));
     for v in ["primary", "standby", "auto"] {
         let s = resolve(set("authority", v)).unwrap();

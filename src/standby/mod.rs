@@ -103,14 +103,15 @@
 //! before every pass, so a hand-back mid-cleanup leaves the rest to the kubelet (unmounting is
 //! idempotent for both: EINVAL and ENOENT mean done).
 
-use crate::authority::Authority;
-use crate::events::{EventSink, NodeEventReason};
-use k8s_openapi::api::coordination::v1::Lease;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+
+mod healthz;
+pub mod lease;
+mod run;
+
+pub use healthz::{probe, probe_endpoint};
+pub use run::{LEASE_BACKOFF_MAX, START_TIMEOUT, read_needed, run, start};
 
 /// The namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -182,6 +183,9 @@ pub enum Health {
     Failed,
     /// Nothing listens: the process is gone.
     Gone,
+    /// The kubelet serves no health endpoint (`healthzPort: 0`): nothing is probed, and that
+    /// is no failure: the Lease alone decides.
+    Disabled,
 }
 
 impl Health {
@@ -190,6 +194,7 @@ impl Health {
             Self::Ok => "ok",
             Self::Failed => "failed",
             Self::Gone => "not listening",
+            Self::Disabled => "disabled",
         }
     }
 }
@@ -385,14 +390,16 @@ pub fn decide(
             reason: Reason::ConfiguredPrimary,
         };
     }
-    let failing = seen.health != Health::Ok;
+    let failing = matches!(seen.health, Health::Failed | Health::Gone);
+    // no endpoint to probe: the Lease alone decides
+    let disabled = seen.health == Health::Disabled;
     if let Some(since) = active_since {
-        let (role, reason) = match (seen.renewed > since, failing) {
+        let (role, reason) = match (seen.renewed > since, failing, disabled) {
             // a renewal after the takeover: the kubelet is back, hand back
-            (true, true) => (Role::Passive, Reason::HealthzFailing),
-            (true, false) => (Role::Passive, Reason::KubeletAlive),
-            (false, true) => (Role::Active, Reason::KubeletGone),
-            (false, false) => (Role::Active, Reason::HealthzBackNoRenewal),
+            (true, true, _) => (Role::Passive, Reason::HealthzFailing),
+            (true, false, _) => (Role::Passive, Reason::KubeletAlive),
+            (false, true, _) | (false, false, true) => (Role::Active, Reason::KubeletGone),
+            (false, false, false) => (Role::Active, Reason::HealthzBackNoRenewal),
         };
         return Decision { mode, role, reason };
     }
@@ -411,9 +418,10 @@ pub fn decide(
         };
     };
     let stale = read.saturating_duration_since(seen.renewed) > threshold;
-    let gone = seen.failed_probes >= FAILED_PROBES_TO_TAKE_OVER;
+    let gone = disabled || seen.failed_probes >= FAILED_PROBES_TO_TAKE_OVER;
     let (role, reason) = match (stale, failing, gone) {
         (true, _, true) => (Role::Active, Reason::KubeletGone),
+        // (disabled: `gone` above)
         (true, true, false) => (Role::Passive, Reason::KubeletMayBeGone),
         (true, false, _) => (Role::Passive, Reason::LeaseStale),
         (false, true, _) => (Role::Passive, Reason::HealthzFailing),
@@ -427,7 +435,8 @@ pub fn decide(
 pub struct StandbyConfig {
     pub setting: AuthoritySetting,
     pub node_name: String,
-    pub healthz_url: String,
+    /// The kubelet's health endpoint (`None`: the kubelet serves none, `healthzPort: 0`).
+    pub healthz_url: Option<String>,
     pub takeover_after: Duration,
     /// How often the Lease and the endpoint are looked at.
     pub poll: Duration,
@@ -440,279 +449,10 @@ impl StandbyConfig {
         Self {
             setting: AuthoritySetting::Auto,
             node_name: node_name.into(),
-            healthz_url: DEFAULT_HEALTHZ_URL.into(),
+            healthz_url: Some(DEFAULT_HEALTHZ_URL.into()),
             takeover_after: DEFAULT_TAKEOVER_AFTER,
             poll: Duration::from_secs(2),
             probe_timeout: Duration::from_secs(1),
-        }
-    }
-}
-
-/// The Lease's `renewTime` (RFC 3339 with microseconds) as a string, to compare for change.
-fn renew_time(lease: &Lease) -> Option<String> {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.renew_time.as_ref())
-        .map(|t| t.0.to_string())
-}
-
-/// Whether a Lease counts as held at start: renewed within `threshold` of this wall clock.
-fn lease_at_start(lease: Option<&Lease>, threshold: Duration) -> LeaseAtStart {
-    let Some(lease) = lease else {
-        return LeaseAtStart::Missing;
-    };
-    let Some(t) = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()) else {
-        return LeaseAtStart::Stale;
-    };
-    let age = jiff::Timestamp::now().duration_since(t.0);
-    match Duration::try_from(age) {
-        // a renewTime ahead of this clock is a live kubelet with a skewed clock
-        Err(_) => LeaseAtStart::Fresh,
-        Ok(a) if a <= threshold => LeaseAtStart::Fresh,
-        Ok(_) => LeaseAtStart::Stale,
-    }
-}
-
-/// Probes the kubelet's health endpoint once: `2xx` is [`Health::Ok`], connection refused
-/// [`Health::Gone`], anything else (other statuses, a timeout, a bad URL) [`Health::Failed`].
-pub async fn probe(url: &str, timeout: Duration) -> Health {
-    match tokio::time::timeout(timeout, probe_once(url)).await {
-        Ok(h) => h,
-        Err(_) => Health::Failed,
-    }
-}
-
-async fn probe_once(url: &str) -> Health {
-    use http_body_util::Empty;
-    let Ok(uri) = url.parse::<hyper::Uri>() else {
-        return Health::Failed;
-    };
-    let (Some(host), Some("http")) = (uri.host(), uri.scheme_str()) else {
-        return Health::Failed;
-    };
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = match tokio::net::TcpStream::connect((host, port)).await {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Health::Gone,
-        Err(_) => return Health::Failed,
-    };
-    let Ok((mut sender, conn)) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await
-    else {
-        return Health::Failed;
-    };
-    let conn = tokio::spawn(conn);
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let req = hyper::Request::get(path)
-        .header(hyper::header::HOST, host)
-        .body(Empty::<hyper::body::Bytes>::new());
-    let health = match req {
-        Ok(req) => match sender.send_request(req).await {
-            Ok(resp) if resp.status().is_success() => Health::Ok,
-            _ => Health::Failed,
-        },
-        Err(_) => Health::Failed,
-    };
-    conn.abort();
-    health
-}
-
-/// How long the start decision waits for the Lease (the agent's start waits for it).
-pub const START_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Decides the mode at start (one Lease GET) and returns the first decision; sets `authority`.
-pub async fn start(
-    cfg: &StandbyConfig,
-    client: Option<&kube::Client>,
-    authority: &Authority,
-) -> Decision {
-    let lease = match client {
-        Some(c) if cfg.setting == AuthoritySetting::Auto => {
-            let leases: kube::Api<Lease> = kube::Api::namespaced(c.clone(), LEASE_NAMESPACE);
-            let get = crate::api::bounded(leases.get_opt(&cfg.node_name));
-            match tokio::time::timeout(START_TIMEOUT, get).await {
-                Ok(Ok(l)) => lease_at_start(l.as_ref(), cfg.takeover_after),
-                Ok(Err(e)) => {
-                    tracing::warn!(err = %e, "node Lease unreadable at start; standby");
-                    LeaseAtStart::Unknown
-                }
-                Err(_) => {
-                    tracing::warn!(timeout = ?START_TIMEOUT, "node Lease unanswered at start; standby");
-                    LeaseAtStart::Unknown
-                }
-            }
-        }
-        _ => LeaseAtStart::Unknown,
-    };
-    let d = start_mode(cfg.setting, client.is_some(), lease);
-    authority.set_active(d.role == Role::Active);
-    tracing::info!(
-        setting = cfg.setting.as_str(),
-        mode = d.mode.as_str(),
-        role = d.role.as_str(),
-        why = d.reason.as_str(),
-        "authority"
-    );
-    d
-}
-
-/// The longest wait between two Lease reads while the API server fails them.
-pub const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// In standby (which includes auto mode, whatever the role at start): polls the Lease and the
-/// endpoint every `cfg.poll`, feeds [`decide`] with the current role, flips `authority` on every
-/// change of role (one line and one Node event each) and publishes every decision on `state`.
-/// Returns at once in primary mode (`--authority=primary` or no API: primary for the life of
-/// the process). A Lease read that fails backs off (the poll doubling to
-/// [`LEASE_BACKOFF_MAX`]) when the server answered it, and waits for the server when it did
-/// not (`api_health`: the agent's prober tries it for everyone); the endpoint is probed every
-/// poll.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    cfg: StandbyConfig,
-    client: kube::Client,
-    api_health: crate::api::health::ApiHealth,
-    first: Decision,
-    authority: Arc<Authority>,
-    events: EventSink,
-    state: watch::Sender<Decision>,
-    cancel: CancellationToken,
-) {
-    if first.mode == Mode::Primary {
-        return;
-    }
-    let leases: kube::Api<Lease> = kube::Api::namespaced(client, LEASE_NAMESPACE);
-    // the last renewTime read, and whether the Lease was read at all yet
-    let mut seen: Option<String> = None;
-    let start = Instant::now();
-    let mut renewed = start;
-    // active at start (auto, Lease missing or stale): active since the start, until a renewal
-    // is seen after it (`renewed > start`: the first observation never counts)
-    let mut active_since = (first.role == Role::Active).then_some(start);
-    let mut last = first;
-    // the Lease is read every poll while the API server answers; a failed read backs off
-    // (the poll doubling to 30 s), so a sick server is not polled every few seconds
-    let mut lease_due = start;
-    let mut backoff = crate::backoff::Backoff::new(crate::backoff::Policy {
-        min: cfg.poll,
-        max: LEASE_BACKOFF_MAX,
-    });
-    let mut lease_failing = false;
-    // the last Lease read that got an answer, and the probes failed in a row
-    let (mut read_at, mut failed_probes): (Option<Instant>, u32) = (None, 0);
-    loop {
-        let read = Instant::now() >= lease_due && api_health.is_reachable();
-        let (lease, health) = tokio::join!(
-            async {
-                match read {
-                    true => Some(crate::api::bounded(leases.get_opt(&cfg.node_name)).await),
-                    false => None,
-                }
-            },
-            probe(&cfg.healthz_url, cfg.probe_timeout)
-        );
-        // the first failure of a run of them is logged at warn, the rest at debug
-        let mut first_failure = false;
-        match &lease {
-            Some(Ok(_)) => {
-                api_health.answered();
-                backoff.succeeded();
-                lease_failing = false;
-                lease_due = Instant::now() + cfg.poll;
-            }
-            Some(Err(e)) => {
-                first_failure = !std::mem::replace(&mut lease_failing, true);
-                let f = e.failure();
-                api_health.failed(f);
-                let wait = backoff.failed(f, rand::random());
-                lease_due = match f {
-                    // read again as soon as the server is back (the read waits for that)
-                    crate::backoff::Failure::NoAnswer => Instant::now(),
-                    // while active, every poll: a renewal seen late is time both agents act
-                    _ if active_since.is_some() => Instant::now() + cfg.poll,
-                    _ => Instant::now() + wait,
-                };
-            }
-            None => {}
-        }
-        match lease {
-            None => {}
-            Some(Ok(l)) => {
-                let t = l.as_ref().and_then(renew_time);
-                // after the first read, any new renewTime is a renewal (also one appearing on
-                // a Lease that was missing at the first read: a kubelet registering)
-                if t.is_some() && t != seen {
-                    if read_at.is_some() {
-                        renewed = Instant::now();
-                    }
-                    seen = t;
-                }
-                read_at = Some(Instant::now());
-            }
-            Some(Err(e)) if first_failure => {
-                tracing::warn!(err = %e, "node Lease unreadable; no takeover on the kubelet's health alone")
-            }
-            Some(Err(e)) => tracing::debug!(err = %e, "node Lease still unreadable"),
-        }
-        failed_probes = match health {
-            Health::Ok => 0,
-            Health::Failed | Health::Gone => failed_probes.saturating_add(1),
-        };
-        let now = Instant::now();
-        // a Lease not read lately (no permission, the API down) is no signal: the endpoint
-        // alone never takes over
-        let seen = Signals {
-            renewed,
-            read: read_at,
-            health,
-            failed_probes,
-        };
-        let d = decide(Mode::Standby, cfg.takeover_after, now, seen, active_since);
-        if d.role != last.role {
-            active_since = (d.role == Role::Active).then_some(now);
-        }
-        if d != last {
-            let age = renewed.elapsed();
-            authority.set_active(d.role == Role::Active);
-            let msg = format!(
-                "{} (no Lease renewal seen for {:.0?}, Lease last read {}, healthz {}{})",
-                d.reason.as_str(),
-                age,
-                read_at.map_or("never".into(), |r| format!("{:.0?} ago", r.elapsed())),
-                health.as_str(),
-                match failed_probes {
-                    0 | 1 => String::new(),
-                    n => format!(" on {n} probes in a row"),
-                }
-            );
-            // a change of role: the Node event's own log line is the one line
-            match (last.role, d.role) {
-                (Role::Passive, Role::Active) => {
-                    events.record_node(NodeEventReason::ReapletTookOver, &msg)
-                }
-                (Role::Active, Role::Passive) => {
-                    events.record_node(NodeEventReason::ReapletHandedBack, &msg)
-                }
-                _ if d.reason.is_warning() => {
-                    tracing::warn!(
-                        why = d.reason.as_str(),
-                        ?age,
-                        health = health.as_str(),
-                        "standby"
-                    );
-                }
-                _ => tracing::info!(why = d.reason.as_str(), "standby"),
-            }
-            last = d;
-            state.send_replace(d);
-        }
-        let down = !api_health.is_reachable();
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(cfg.poll) => {}
-            // back after an outage: read the Lease now
-            _ = api_health.reachable(), if down => {}
         }
     }
 }

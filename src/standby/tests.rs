@@ -204,7 +204,9 @@ async fn primary_is_always_active() {
 
 #[test]
 fn lease_at_start_compares_renew_time_with_the_threshold() {
+    use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use run::lease_at_start;
     let lease = |ago: i64| Lease {
         spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
             renew_time: Some(MicroTime(
@@ -241,6 +243,30 @@ async fn probe_reads_refused_as_gone_and_errors_as_failed() {
     assert_eq!(
         probe(&url, Duration::from_millis(200)).await,
         Health::Failed
+    );
+}
+
+/// An IPv6 endpoint (`healthzBindAddress: "::"` is probed on `[::1]`) answers as any other.
+#[tokio::test]
+async fn probe_reaches_an_ipv6_endpoint() {
+    let Ok(l) = tokio::net::TcpListener::bind("[::1]:0").await else {
+        return; // no IPv6 loopback on this machine: nothing to probe
+    };
+    let url = format!("http://{}/healthz", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+        }
+    });
+    assert_eq!(probe(&url, Duration::from_secs(2)).await, Health::Ok);
+    assert_eq!(
+        probe_endpoint(None, Duration::from_secs(1)).await,
+        Health::Disabled
     );
 }
 

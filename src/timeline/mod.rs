@@ -456,6 +456,16 @@ impl Timelines {
         drop(ended); // spans end outside the store's lock
     }
 
+    /// `uid`'s termination was another agent's (standby released its worker): its timeline
+    /// and its trace are dropped, not kept among the finished ones.
+    pub fn discard(&self, uid: &PodUid) {
+        let mut s = self.lock();
+        s.active.remove(uid);
+        let span = s.traces.remove(uid);
+        drop(s);
+        drop(span); // a span ends outside the store's lock
+    }
+
     /// Records `step` in `uid`'s timeline, terminating or finished (the status manager's
     /// writes come after the worker finished); nothing when none is kept.
     pub fn record(&self, uid: &PodUid, step: Step) {

@@ -73,6 +73,8 @@ struct Listing {
 #[derive(Default)]
 struct Findings {
     orphans: Vec<PodInfo>,
+    /// Terminal pods with something still running and no worker (deferred in standby).
+    terminal: Vec<PodInfo>,
     completion_checks: Vec<(PodInfo, Vec<RuntimeContainer>)>,
     gc_sandboxes: Vec<String>,
 }
@@ -106,6 +108,9 @@ impl<R: Runtime> PodWorkers<R> {
         // a full relist events asked for, and when the last full one ran
         let mut full_due: Option<Instant> = None;
         let mut last_full = Instant::now();
+        let mut authority = self.inner.authority.changes();
+        authority.mark_unchanged();
+        let mut authority_open = true;
         loop {
             // while the runtime is stalled, poll at the fast period to see it come back; the
             // same for a while after each (re)subscription
@@ -143,6 +148,15 @@ impl<R: Runtime> PodWorkers<R> {
                     }
                     _ = sleep_until_some(full_due) => break,
                     _ = self.inner.relist_now.notified() => break,
+                    // a takeover: the deleted pods left to the kubelet are ended now
+                    r = authority.changed(), if authority_open => match r {
+                        Ok(()) if *authority.borrow_and_update() => {
+                            self.take_over();
+                            break;
+                        }
+                        Ok(()) => {}
+                        Err(_) => authority_open = false,
+                    },
                     next = sub.next(&mut exits) => match next {
                         Next::Ended => {
                             sub.ended(Instant::now());
@@ -412,6 +426,10 @@ impl<R: Runtime> PodWorkers<R> {
             let kill = KillRequest::new(KillReason::Orphan).grace(Some(grace::ORPHAN_GRACE));
             self.deliver_from(info, PodSource::Runtime, kill);
         }
+        for pod in found.terminal {
+            tracing::info!(pod = %pod.key(), podUID = %pod.uid, "terminal pod still running after a takeover");
+            self.deliver(pod, KillRequest::new(KillReason::TerminalPhase));
+        }
         // removing sandboxes is acting: never in standby (the kubelet's garbage collection)
         let gc = if self.inner.authority.is_active() {
             found.gc_sandboxes
@@ -442,10 +460,23 @@ impl<R: Runtime> PodWorkers<R> {
     /// all of the node's, so finished workers of pods in none of them can be forgotten.
     fn judge(&self, runtime_pods: &RuntimePods<'_>, full: bool) -> Findings {
         let mut found = Findings::default();
+        let active = self.inner.authority.is_active();
         let mut reg = self.registry();
         for (uid, (sbs, cs)) in runtime_pods {
             let alive = sbs.iter().any(|s| s.ready) || cs.iter().any(|c| c.state.may_run());
             if let Some(pod) = reg.desired.get(uid) {
+                // a terminal pod left to the kubelet in standby, still running after a
+                // takeover: ended now (one the kubelet finished costs nothing)
+                if active
+                    && alive
+                    && pod.terminal_phase
+                    && !pod.deletion_requested
+                    && !reg.workers.contains_key(uid)
+                    && !self.is_own(uid)
+                {
+                    found.terminal.push(pod.clone());
+                    continue;
+                }
                 let in_sync = reg
                     .workers
                     .get(uid)
@@ -493,6 +524,8 @@ impl<R: Runtime> PodWorkers<R> {
                 continue;
             }
             match reg.workers.get(uid).map(|w| w.phase()) {
+                // in standby an orphan is the active agent's (judged again after a takeover)
+                None if alive && !active => {}
                 None if alive => found.orphans.push(PodInfo::from_runtime(uid, sbs, cs)),
                 // nothing runs and the pod is gone: its sandboxes are garbage
                 None | Some(PodPhase::Finished) => {
@@ -518,6 +551,19 @@ impl<R: Runtime> PodWorkers<R> {
             .collect();
         for uid in forget {
             reg.workers.remove(&uid);
+        }
+        // standby: a worker whose pod is gone from every source and from the runtime was
+        // ended by the active agent; a held one is released (nothing outlives the pod)
+        if !active {
+            let gone: Vec<PodUid> = reg
+                .workers
+                .keys()
+                .filter(|u| !reg.desired.contains_key(*u) && !runtime_pods.contains_key(*u))
+                .cloned()
+                .collect();
+            for uid in gone {
+                Self::release(&mut reg, &uid);
+            }
         }
         found
     }

@@ -31,6 +31,9 @@ pub(super) struct Pending {
     pub(super) kills: Vec<KillRequest>,
     /// The worker has finished: kills complete at once, updates are ignored.
     closed: bool,
+    /// Released in standby (its pod ended by another agent): a worker whose kill is held
+    /// ends without acting ([`PodWorkers::release`]).
+    pub(super) released: bool,
 }
 
 /// A coalescing channel to one worker.
@@ -65,6 +68,12 @@ impl Mailbox {
         }
         p.kills.push(kill);
         drop(p);
+        self.notify.notify_one();
+    }
+
+    /// Standby: the worker's pod was ended by another agent; a held worker ends.
+    fn release(&self) {
+        self.lock().released = true;
         self.notify.notify_one();
     }
 
@@ -156,6 +165,13 @@ impl<R: Runtime> PodWorkers<R> {
                 w.send_kill(k);
             }
         } else if let Some(k) = kill {
+            // standby: another agent ends it; a takeover starts what is still to do
+            // ([`Self::take_over`]), so nothing is kept for it meanwhile
+            if !self.may_spawn() {
+                tracing::debug!(pod = %pod.key(), podUID = %pod.uid, reason = k.reason.as_str(),
+                    "pod to end left to the node's active agent (standby)");
+                return;
+            }
             let w = self.spawn_worker(pod.clone(), PodSource::of(&pod));
             w.mailbox.send_update(pod.clone());
             w.send_kill(k);
@@ -215,6 +231,16 @@ impl<R: Runtime> PodWorkers<R> {
             w.send_kill(req);
             return;
         }
+        if !self.may_spawn() {
+            // standby: nothing is kept for a pod another agent ends; the request's notice
+            // completes (its receiver sees the pod as done with this agent)
+            tracing::debug!(pod = %pod.key(), podUID = %pod.uid, reason = req.reason.as_str(),
+                "pod to end left to the node's active agent (standby)");
+            if let Some(done) = req.done {
+                let _ = done.send(());
+            }
+            return;
+        }
         let source = match source {
             PodSource::Runtime => PodSource::Runtime,
             _ => PodSource::of(&pod),
@@ -223,6 +249,50 @@ impl<R: Runtime> PodWorkers<R> {
         let w = self.spawn_worker(pod, source);
         w.send_kill(req);
         reg.workers.insert(uid, w);
+    }
+
+    /// Whether a new worker may start: only while this agent acts (a standby one holds every
+    /// kill, and a worker parked on a held kill would outlive a pod the kubelet ends).
+    fn may_spawn(&self) -> bool {
+        self.inner.authority.is_active()
+    }
+
+    /// The agent became active (a takeover): every deleted pod whose object is still there
+    /// and has no worker is ended now (the kubelet may have died anywhere in its
+    /// termination). Terminal pods and orphans are judged by the next relist, which this asks
+    /// for: only those with something still running are ended. Pods already gone cost
+    /// nothing.
+    pub fn take_over(&self) {
+        let mut reg = self.registry();
+        let due: Vec<PodInfo> = reg
+            .desired
+            .values()
+            .filter(|p| p.deletion_requested && !reg.workers.contains_key(&p.uid))
+            .filter(|p| !self.is_own(&p.uid))
+            .cloned()
+            .collect();
+        if !due.is_empty() {
+            tracing::info!(
+                pods = due.len(),
+                "took over: ending the deleted pods still present"
+            );
+        }
+        for pod in due {
+            let w = self.spawn_worker(pod.clone(), PodSource::of(&pod));
+            w.mailbox.send_update(pod.clone());
+            w.send_kill(KillRequest::new(KillReason::Deleted));
+            reg.workers.insert(pod.uid, w);
+        }
+        drop(reg);
+        self.inner.relist_now.notify_one();
+    }
+
+    /// Standby: `uid`'s pod is gone from every source and from the runtime (another agent
+    /// ended it): its worker is forgotten, and ends at once if its kill is held.
+    pub(super) fn release(reg: &mut Registry, uid: &PodUid) {
+        if let Some(w) = reg.workers.remove(uid) {
+            w.mailbox.release();
+        }
     }
 
     /// Every pod this agent knows, desired or not.

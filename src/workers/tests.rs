@@ -310,10 +310,41 @@ pub(super) mod with_fake_runtime {
             "a kill went through in standby: {:?}",
             r.rt.calls()
         );
-        assert_eq!(r.workers.view(&p.uid).unwrap().phase, PodPhase::Terminating);
+        // nothing is kept for it while another agent may end it: no worker, no timeline
+        assert_eq!(r.workers.view(&p.uid).unwrap().phase, PodPhase::Sync);
+        assert!(r.workers.timelines().all().is_empty());
+        // the takeover (housekeeping calls this when the authority turns on) ends it
         r.authority.set_active(true);
+        r.workers.take_over();
         until(&r.workers, "p4", PodPhase::Finished).await;
         assert_eq!(r.rt.exit_code("p4-app"), Some(0));
+    }
+
+    /// Issue 37, item 2: a pod the kubelet ends while reaplet stands by costs reaplet nothing
+    /// that outlives it (before: a worker parked on its held kill for ever, listed as
+    /// terminating, its timeline open); a takeover afterwards has nothing to do for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_ended_by_the_kubelet_in_standby_leaves_nothing_behind() {
+        let r = rig();
+        r.authority.set_active(false);
+        let p = api_pod("p4b", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        r.workers.upsert(deleted(&p, 30));
+        // the kubelet ended it: the object is gone (DELETED)
+        r.workers.remove(&p.uid, Some(1));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            r.workers.view(&p.uid).is_none(),
+            "{:?}",
+            r.workers.snapshot()
+        );
+        assert!(r.workers.snapshot().is_empty());
+        assert!(r.workers.timelines().all().is_empty());
+        r.authority.set_active(true);
+        r.workers.take_over();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(r.workers.snapshot().is_empty());
+        assert!(r.rt.calls().is_empty(), "{:?}", r.rt.calls());
     }
 
     #[tokio::test(start_paused = true)]

@@ -161,6 +161,13 @@ pub(super) async fn worker_loop<R: Runtime>(
         for input in inputs {
             w.apply(input);
         }
+        // standby released it (another agent ended its pod): a held kill ends here, unacted
+        if w.held && mailbox.lock().released {
+            w.release();
+            mailbox.close();
+            tracing::info!("pod worker released: its pod was ended by the node's active agent");
+            return;
+        }
         w.publish();
         if w.finished {
             mailbox.close();
@@ -171,6 +178,16 @@ pub(super) async fn worker_loop<R: Runtime>(
 }
 
 impl<R: Runtime> Worker<R> {
+    /// Nothing of this termination was this agent's: its timeline and trace are dropped and
+    /// its notices complete.
+    fn release(&mut self) {
+        self.inner.timelines.discard(&self.pod.uid);
+        self.trace = tracing::Span::none();
+        for n in self.notices.drain(..) {
+            let _ = n.send(());
+        }
+    }
+
     fn take_mail(&mut self, mailbox: &Mailbox) -> Vec<Input> {
         let mut inputs = Vec::new();
         let mut p = mailbox.lock();

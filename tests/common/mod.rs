@@ -440,6 +440,7 @@ pub async fn assert_runs_for(
     }
 }
 pub mod gate;
+pub mod helm;
 #[path = "kube/mod.rs"]
 pub mod k8s;
 pub mod kube_node;

@@ -34,7 +34,7 @@ const REAPLET: &str = "/usr/bin/reaplet";
 const TEST_HOOKS: &str = "reaplet-test-hooks";
 /// The watchdog scenario's drop-in that runs [`TEST_HOOKS`] instead of the packaged binary.
 const TEST_HOOKS_DROP_IN: &str = "/etc/systemd/system/reaplet.service.d/test-hooks.conf";
-const STATUS_ADDR: &str = "127.0.0.1:10258";
+const STATUS_ADDR: &str = "127.0.0.1:10266";
 /// Slack for a debug build under software emulation, on top of every timing bound.
 const SLACK: f64 = 4.0;
 

@@ -96,7 +96,7 @@ fn config(kubeconfig: &Path) -> String {
     format!(
         "apiVersion: reaplet.io/v1alpha1\nkind: ReapletConfiguration\n\
          containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
-         rootDir: /var/lib/kubelet\ncgroupRoot: /\nmetricsBindAddress: 127.0.0.1:10258\n\
+         rootDir: /var/lib/kubelet\ncgroupRoot: /\nmetricsBindAddress: 127.0.0.1:10266\n\
          kubeconfig: {}\nauthority: primary\nshutdownGracePeriodByPodPriority:\n{groups}",
         kubeconfig.display()
     )

@@ -1,0 +1,455 @@
+//! What reaplet knows of the node Lease (`kube-node-lease/<node>`), and how it learns it
+//! without costing the control plane.
+//!
+//! Counterpart: the node lifecycle controller, which watches every node Lease through an
+//! informer (`nodeLeaseInformer`) and judges a node by when it *observed* a renewal, on its own
+//! clock. reaplet does the same for one Lease.
+//!
+//! Two ways to learn the Lease, chosen once per connection by what the identity may do:
+//!
+//! * **a watch** on that one object (`fieldSelector=metadata.name=<node>`): a list served from
+//!   the watch cache (`resourceVersion=0`) and a watch with bookmarks from its version. Beside a
+//!   live kubelet this costs one watch per [`WATCH_TIMEOUT`] and no quorum read; a renewal is
+//!   seen when it happens (not up to one poll later). The watch counts as current while it is
+//!   open and has spoken (an event or a bookmark) within [`WATCH_IDLE`]; a silent one is
+//!   restarted.
+//! * **reads on demand**: the Node authorizer lets a node identity get its own Lease but not
+//!   list or watch it (apiserver facts 8.5: `403`), so with the node's own credentials (the
+//!   default, and the DaemonSet) the list is refused and reaplet falls back to a GET served
+//!   from the watch cache (`resourceVersion=0`, never a quorum read), made only when the
+//!   decision needs the Lease: while the kubelet's health endpoint fails, while reaplet is
+//!   active (to see the renewal that hands back), or, with the endpoint disabled, once per
+//!   quarter threshold. Beside a kubelet that answers `/healthz` this costs nothing at all.
+//!
+//! # Renewals (the pure part: [`Renewals`])
+//!
+//! A renewal is a change of `renewTime` seen by reaplet, dated on its monotonic clock (see the
+//! module doc of [`super`]). While the Lease is followed continuously (a current watch, or reads
+//! no further apart than a quarter of the threshold), a change is dated when it is seen. After
+//! a gap (reads on demand start when the kubelet's endpoint first fails), a changed
+//! `renewTime` is dated back by its wall-clock age, but never by more than a quarter of the
+//! threshold (the kubelet's renewal period by default): a skewed clock can bring a takeover at
+//! most that much sooner, and a takeover still needs three quarters of the threshold of reaplet's
+//! own continuous reading without a renewal. The start counts as a renewal, as before.
+
+use crate::api::health::ApiHealth;
+use crate::backoff::{Backoff, Failure, Policy};
+use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{GetParams, ListParams, WatchEvent, WatchParams};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The server ends a Lease watch after this long (a fresh watch from the last version follows).
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(290);
+/// A watch that has sent nothing (no event, no bookmark: the server sends one about every
+/// 60 s, apiserver facts 7.6) for this long is taken for dead and started again.
+pub const WATCH_IDLE: Duration = Duration::from_secs(90);
+
+/// The Lease's `renewTime` (RFC 3339 with microseconds) as a string, to compare for change.
+pub fn renew_time(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0.to_string())
+}
+
+/// How long ago, by this machine's wall clock, the Lease was renewed (`None`: no renewTime,
+/// or one ahead of this clock).
+pub fn wall_age(lease: &Lease) -> Option<Duration> {
+    let t = lease.spec.as_ref()?.renew_time.as_ref()?;
+    Duration::try_from(jiff::Timestamp::now().duration_since(t.0)).ok()
+}
+
+/// One look at the Lease: its `renewTime` (`None`: missing, or never renewed) and that time's
+/// wall-clock age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Look {
+    pub renew_time: Option<String>,
+    pub wall_age: Option<Duration>,
+}
+
+impl Look {
+    pub fn of(lease: Option<&Lease>) -> Self {
+        Self {
+            renew_time: lease.and_then(renew_time),
+            wall_age: lease.and_then(wall_age),
+        }
+    }
+}
+
+/// The renewals reaplet has seen (pure: every instant is passed in).
+#[derive(Debug, Clone)]
+pub struct Renewals {
+    /// The last `renewTime` seen (`None`: none yet).
+    seen: Option<String>,
+    /// When reaplet last saw the Lease renewed (the start counts as one).
+    renewed: Instant,
+    /// Until when the Lease is known as it is (the last read, or a current watch).
+    current: Option<Instant>,
+    /// The most a changed `renewTime` is dated back after a gap, and the longest gap between
+    /// two reads that still counts as following the Lease continuously.
+    credit: Duration,
+}
+
+impl Renewals {
+    /// At `start`, with the takeover `threshold`.
+    pub fn new(start: Instant, threshold: Duration) -> Self {
+        Self {
+            seen: None,
+            renewed: start,
+            current: None,
+            credit: threshold / 4,
+        }
+    }
+
+    /// When a renewal was last seen.
+    pub fn renewed(&self) -> Instant {
+        self.renewed
+    }
+
+    /// Until when the Lease is known (`None`: never read).
+    pub fn read(&self) -> Option<Instant> {
+        self.current
+    }
+
+    /// The Lease as seen at `at`.
+    pub fn observe(&mut self, at: Instant, look: &Look) {
+        let continuous = self
+            .current
+            .is_some_and(|c| at.saturating_duration_since(c) <= self.credit);
+        if look.renew_time.is_some() && look.renew_time != self.seen {
+            // a first look, or a look after a gap, dates the change back by its wall-clock
+            // age, capped; a look while following it dates the change when it is seen
+            let back = match continuous {
+                true => Duration::ZERO,
+                false => look.wall_age.unwrap_or_default().min(self.credit),
+            };
+            let when = at.checked_sub(back).unwrap_or(at);
+            self.renewed = self.renewed.max(when);
+            self.seen = look.renew_time.clone();
+        }
+        self.current = Some(self.current.map_or(at, |c| c.max(at)));
+    }
+
+    /// Nothing changed up to `at` (a current watch).
+    pub fn unchanged_until(&mut self, at: Instant) {
+        self.current = Some(self.current.map_or(at, |c| c.max(at)));
+    }
+}
+
+/// What the watch task publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Watched {
+    /// Not listed yet.
+    Starting,
+    /// The Lease as of `at`; `current` while the watch is open and speaking.
+    Seen {
+        look: Look,
+        at: Instant,
+        current: bool,
+    },
+    /// The identity may not list or watch the Lease (a node identity): read it on demand.
+    Forbidden,
+}
+
+/// The Lease's API, and the field selector of this node's.
+#[derive(Clone)]
+pub struct LeaseApi {
+    api: kube::Api<Lease>,
+    node: String,
+}
+
+impl LeaseApi {
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        Self {
+            api: kube::Api::namespaced(client, super::LEASE_NAMESPACE),
+            node: node.into(),
+        }
+    }
+
+    /// One read served from the watch cache (`resourceVersion=0`): `None` when there is no
+    /// Lease.
+    pub async fn read_cached(&self) -> Result<Option<Lease>, crate::api::RequestError> {
+        match crate::api::bounded(self.api.get_with(&self.node, &GetParams::any())).await {
+            Ok(l) => Ok(Some(l)),
+            Err(e) if e.code() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One read at the newest version (a quorum read: only at start, where a missing Lease
+    /// makes reaplet active at once).
+    pub async fn read_latest(&self) -> Result<Option<Lease>, crate::api::RequestError> {
+        crate::api::bounded(self.api.get_opt(&self.node)).await
+    }
+
+    fn selector(&self) -> String {
+        format!("metadata.name={}", self.node)
+    }
+}
+
+/// How one watch ended.
+enum WatchEnd {
+    /// The server ended it (its timeout, or a silent stream): watch again from the version.
+    Again,
+    /// `410 Gone` or an error event: list again.
+    Relist,
+    Failed(Failure),
+    Forbidden,
+    Cancelled,
+}
+
+/// Follows the Lease with a list and watches until cancelled, publishing on `tx`; returns
+/// after publishing [`Watched::Forbidden`] when the identity may not list it.
+pub async fn follow(
+    leases: LeaseApi,
+    health: ApiHealth,
+    tx: watch::Sender<Watched>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Backoff::new(Policy::API);
+    let mut failing = false;
+    loop {
+        let lp = ListParams::default().fields(&leases.selector()).match_any();
+        let listed = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = crate::api::bounded(leases.api.list(&lp)) => r,
+        };
+        let (mut version, look) = match listed {
+            Ok(list) => {
+                health.answered();
+                let v = list.metadata.resource_version.clone().unwrap_or_default();
+                (v, Look::of(list.items.first()))
+            }
+            Err(e) if e.code() == Some(403) => {
+                tracing::info!(err = %e, "node Lease: this identity may not watch it; reading it from the API server's cache when the kubelet's health needs it");
+                tx.send_replace(Watched::Forbidden);
+                return;
+            }
+            Err(e) => {
+                let f = e.failure();
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(err = %e, "node Lease list failed; retrying");
+                }
+                health.failed(f);
+                if !health
+                    .wait_to_retry(f, backoff.failed(f, rand::random()), &cancel)
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
+        };
+        tx.send_replace(Watched::Seen {
+            look,
+            at: Instant::now(),
+            current: true,
+        });
+        loop {
+            let end = watch_once(&leases, &mut version, &health, &tx, &cancel).await;
+            match end {
+                WatchEnd::Again => {
+                    if std::mem::take(&mut failing) {
+                        backoff.succeeded();
+                        tracing::info!("node Lease watch working again");
+                    }
+                    continue;
+                }
+                WatchEnd::Relist => break,
+                WatchEnd::Cancelled => return,
+                WatchEnd::Forbidden => {
+                    tx.send_replace(Watched::Forbidden);
+                    return;
+                }
+                WatchEnd::Failed(f) => {
+                    not_current(&tx);
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!("node Lease watch failed; listing it again");
+                    }
+                    health.failed(f);
+                    if !health
+                        .wait_to_retry(f, backoff.failed(f, rand::random()), &cancel)
+                        .await
+                    {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The watch stopped speaking: what was seen is known only until now.
+fn not_current(tx: &watch::Sender<Watched>) {
+    tx.send_if_modified(|w| match w {
+        Watched::Seen { current, at, .. } if *current => {
+            *current = false;
+            *at = Instant::now();
+            true
+        }
+        _ => false,
+    });
+}
+
+async fn watch_once(
+    leases: &LeaseApi,
+    version: &mut String,
+    health: &ApiHealth,
+    tx: &watch::Sender<Watched>,
+    cancel: &CancellationToken,
+) -> WatchEnd {
+    let wp = WatchParams::default()
+        .fields(&leases.selector())
+        .timeout(WATCH_TIMEOUT.as_secs() as u32);
+    let started = tokio::select! {
+        _ = cancel.cancelled() => return WatchEnd::Cancelled,
+        r = crate::api::bounded(leases.api.watch(&wp, version)) => r,
+    };
+    let stream = match started {
+        Ok(s) => s,
+        Err(e) if e.code() == Some(403) => return WatchEnd::Forbidden,
+        Err(e) if e.code() == Some(410) => return WatchEnd::Relist,
+        Err(e) => {
+            tracing::debug!(err = %e, "node Lease watch not started");
+            return WatchEnd::Failed(e.failure());
+        }
+    };
+    health.answered();
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return WatchEnd::Cancelled,
+            n = tokio::time::timeout(WATCH_IDLE, stream.next()) => n,
+        };
+        let ev = match next {
+            Err(_) => {
+                tracing::debug!(idle = ?WATCH_IDLE, "node Lease watch silent; starting it again");
+                not_current(tx);
+                return WatchEnd::Again;
+            }
+            Ok(None) => return WatchEnd::Again,
+            Ok(Some(Err(e))) => return WatchEnd::Failed(crate::api::failure_of(&e)),
+            Ok(Some(Ok(ev))) => ev,
+        };
+        let now = Instant::now();
+        match ev {
+            WatchEvent::Added(l) | WatchEvent::Modified(l) => {
+                if let Some(v) = l.metadata.resource_version.clone() {
+                    *version = v;
+                }
+                tx.send_replace(Watched::Seen {
+                    look: Look::of(Some(&l)),
+                    at: now,
+                    current: true,
+                });
+            }
+            WatchEvent::Deleted(l) => {
+                if let Some(v) = l.metadata.resource_version.clone() {
+                    *version = v;
+                }
+                tx.send_replace(Watched::Seen {
+                    look: Look::of(None),
+                    at: now,
+                    current: true,
+                });
+            }
+            WatchEvent::Bookmark(b) => {
+                *version = b.metadata.resource_version;
+                // the watch speaks: what was seen is still so
+                tx.send_if_modified(|w| match w {
+                    Watched::Seen { current, at, .. } => {
+                        *current = true;
+                        *at = (*at).max(now);
+                        false
+                    }
+                    _ => false,
+                });
+            }
+            WatchEvent::Error(s) if s.code == 410 => return WatchEnd::Relist,
+            WatchEvent::Error(s) => {
+                tracing::debug!(code = s.code, msg = %s.message, "node Lease watch error event");
+                return WatchEnd::Relist;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(40);
+
+    fn look(t: &str, age: u64) -> Look {
+        Look {
+            renew_time: Some(t.into()),
+            wall_age: Some(Duration::from_secs(age)),
+        }
+    }
+
+    #[test]
+    fn the_start_counts_as_a_renewal_and_a_first_look_at_start_changes_nothing() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        r.observe(start, &look("a", 300));
+        assert_eq!(r.renewed(), start);
+        assert_eq!(r.read(), Some(start));
+    }
+
+    #[test]
+    fn a_change_seen_while_following_is_dated_when_seen() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        r.observe(start, &look("a", 0));
+        let later = start + Duration::from_secs(60);
+        // followed continuously (a current watch)
+        r.unchanged_until(later - Duration::from_secs(1));
+        r.observe(later, &look("b", 30));
+        assert_eq!(r.renewed(), later);
+    }
+
+    #[test]
+    fn after_a_gap_a_change_is_dated_back_by_its_age_capped_at_a_quarter_threshold() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        let at = start + Duration::from_secs(120);
+        r.observe(at, &look("a", 4));
+        assert_eq!(r.renewed(), at - Duration::from_secs(4));
+        // a skewed clock (an age of minutes) gives at most a quarter of the threshold
+        let mut r = Renewals::new(start, T);
+        r.observe(at, &look("a", 600));
+        assert_eq!(r.renewed(), at - T / 4);
+        // an unchanged renewTime after a gap is no renewal
+        let before = r.renewed();
+        r.observe(at + Duration::from_secs(100), &look("a", 700));
+        assert_eq!(r.renewed(), before);
+    }
+
+    #[test]
+    fn a_missing_lease_is_no_renewal_and_one_appearing_is() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        r.observe(start + Duration::from_secs(1), &Look::of(None));
+        assert_eq!(r.renewed(), start);
+        let at = start + Duration::from_secs(3);
+        r.observe(at, &look("a", 0));
+        assert_eq!(r.renewed(), at);
+    }
+
+    #[test]
+    fn renewals_never_go_back_in_time() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        let at = start + Duration::from_secs(5);
+        r.observe(at, &look("a", 0));
+        // an older observation published late does not move it back
+        r.observe(start + Duration::from_secs(2), &look("b", 0));
+        assert_eq!(r.renewed(), at);
+    }
+}
