@@ -27,10 +27,13 @@
 //! module doc of [`super`]). While the Lease is followed continuously (a current watch, or reads
 //! no further apart than a quarter of the threshold), a change is dated when it is seen. After
 //! a gap (reads on demand start when the kubelet's endpoint first fails), a changed
-//! `renewTime` is dated back by its wall-clock age, but never by more than a quarter of the
-//! threshold (the kubelet's renewal period by default): a skewed clock can bring a takeover at
-//! most that much sooner, and a takeover still needs three quarters of the threshold of reaplet's
-//! own continuous reading without a renewal. The start counts as a renewal, as before.
+//! `renewTime` is dated back by its wall-clock age, but never by more than the kubelet's
+//! renewal period ([`KUBELET_RENEWAL`], 10 s; half the threshold if that is less): a skewed
+//! clock can bring a takeover at most that much sooner, and a takeover still needs the rest of
+//! the threshold (30 s by default, 10 s at the shortest) of reaplet's own continuous reading
+//! without a renewal, with the endpoint failing. Without that credit, a takeover after a gap
+//! would come up to one renewal period later than while polling. The start counts as a
+//! renewal, as before.
 
 use crate::api::health::ApiHealth;
 use crate::backoff::{Backoff, Failure, Policy};
@@ -44,6 +47,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The server ends a Lease watch after this long (a fresh watch from the last version follows).
 pub const WATCH_TIMEOUT: Duration = Duration::from_secs(290);
+/// The kubelet's Lease renewal period (a quarter of its `nodeLeaseDurationSeconds`, 40 s).
+pub const KUBELET_RENEWAL: Duration = Duration::from_secs(10);
 /// A watch that has sent nothing (no event, no bookmark: the server sends one about every
 /// 60 s, apiserver facts 7.6) for this long is taken for dead and started again.
 pub const WATCH_IDLE: Duration = Duration::from_secs(90);
@@ -102,7 +107,7 @@ impl Renewals {
             seen: None,
             renewed: start,
             current: None,
-            credit: threshold / 4,
+            credit: KUBELET_RENEWAL.min(threshold / 2),
         }
     }
 
@@ -415,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn after_a_gap_a_change_is_dated_back_by_its_age_capped_at_a_quarter_threshold() {
+    fn after_a_gap_a_change_is_dated_back_by_its_age_capped_at_the_renewal_period() {
         let start = Instant::now();
         let mut r = Renewals::new(start, T);
         let at = start + Duration::from_secs(120);
@@ -424,7 +429,11 @@ mod tests {
         // a skewed clock (an age of minutes) gives at most a quarter of the threshold
         let mut r = Renewals::new(start, T);
         r.observe(at, &look("a", 600));
-        assert_eq!(r.renewed(), at - T / 4);
+        assert_eq!(r.renewed(), at - KUBELET_RENEWAL);
+        // the shortest threshold (20 s): at most half of it
+        let mut r = Renewals::new(start, Duration::from_secs(20));
+        r.observe(at, &look("a", 600));
+        assert_eq!(r.renewed(), at - Duration::from_secs(10));
         // an unchanged renewTime after a gap is no renewal
         let before = r.renewed();
         r.observe(at + Duration::from_secs(100), &look("a", 700));

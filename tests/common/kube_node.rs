@@ -176,6 +176,17 @@ impl KubeNode {
     /// The command [`Self::start_reaplet_via`] runs (its log appended to `reaplet_log`), for a
     /// test to add to (an environment variable, say) before [`Self::spawn_reaplet`].
     pub fn reaplet_command(&self, kubeconfig: &Path, extra: &[&str]) -> std::process::Command {
+        self.reaplet_command_at(kubeconfig, "127.0.0.1:0", extra)
+    }
+
+    /// [`Self::reaplet_command`] with its status endpoint on `metrics` (a test that reads
+    /// `/pods` or `/metrics` names a free port).
+    pub fn reaplet_command_at(
+        &self,
+        kubeconfig: &Path,
+        metrics: &str,
+        extra: &[&str],
+    ) -> std::process::Command {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -191,7 +202,7 @@ impl KubeNode {
             .arg("--root-dir")
             .arg(&self.kubelet.root_dir)
             .args(["--kubelet-healthz-url", &self.kubelet.healthz_url()])
-            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--metrics-bind-address", metrics])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())

@@ -1,0 +1,331 @@
+//! What standby costs beside a live kubelet v1.36 (issue 37, items 1 and 2; privileged: root,
+//! a private containerd, a real kube-apiserver with its audit log, etcd, the real kubelet and
+//! the controller manager's job controller).
+//!
+//! One node's story: the kubelet runs some pods; reaplet starts beside it in its default mode
+//! (auto: standby, the node's own identity, which may get its Lease but not watch it); both are
+//! idle for a window, and the audit log tells what each sent (reaplet: nothing that is a quorum
+//! read, and its share of the kubelet's requests is printed); then pods are created and deleted
+//! and Jobs complete, all ended by the kubelet: afterwards reaplet keeps nothing of them (its
+//! `/pods` lists none, its RSS is printed beside the one before); then the kubelet is stopped,
+//! reaplet takes over, and one fresh pod is deleted: the time from the takeover to its
+//! SIGTERM is printed (the same with and without the churn before it:
+//! `REAPLET_CHURN_PODS=0` runs it without).
+
+mod common;
+
+use common::k8s::Audit;
+use common::kube_node::{KubeNode, NODE, container_id, pod, received_ns};
+use common::port::free_port;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// How long the kubelet may take to start a pod on a loaded 2-core machine.
+const START: Duration = Duration::from_secs(90);
+/// How long reaplet may take to list the pods once started.
+const LISTED: Duration = Duration::from_secs(30);
+/// The idle window.
+const IDLE: Duration = Duration::from_secs(60);
+/// reaplet's takeover threshold (the shortest it accepts) and the kubelet's renewal period.
+const TAKEOVER_AFTER: Duration = Duration::from_secs(20);
+const RENEWAL: Duration = Duration::from_secs(10);
+const SLACK: Duration = Duration::from_secs(15);
+/// A pod that exits 10 on SIGTERM.
+const TRAPS_TERM: &str = "trap 'exit 10' TERM; while true; do sleep 0.2; done";
+
+fn churn_pods() -> usize {
+    std::env::var("REAPLET_CHURN_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+fn churn_jobs() -> usize {
+    std::env::var("REAPLET_CHURN_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+/// A GET or LIST not served from the watch cache: no `resourceVersion`, or one other than 0.
+fn is_quorum_read(a: &Audit) -> bool {
+    if !matches!(a.verb.as_str(), "get" | "list") {
+        return false;
+    }
+    let query = a.uri.split_once('?').map_or("", |(_, q)| q);
+    !query
+        .split('&')
+        .any(|kv| kv == "resourceVersion=0" || kv.starts_with("resourceVersion=0&"))
+}
+
+fn in_window(a: &Audit, from: i64, to: i64) -> bool {
+    let t = received_ns(a);
+    t >= from && t < to
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn reaplet_pods(port: u16) -> Value {
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    reaplet::pods_view::fetch(addr)
+        .await
+        .expect("reaplet's /pods")
+}
+
+fn job(name: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {
+                "nodeName": NODE,
+                "hostNetwork": true,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app", "image": common::kube_node::IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "sleep 1"],
+                }],
+            }},
+        },
+    })
+}
+
+/// Waits until no pod of the node is left in the API whose name starts with `prefix`.
+async fn wait_no_pods(n: &KubeNode, prefix: &str, limit: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let list = n
+            .cluster
+            .must(
+                "GET",
+                &format!("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D{NODE}"),
+                None,
+            )
+            .await;
+        let left: Vec<String> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["metadata"]["name"].as_str())
+            .filter(|name| name.starts_with(prefix))
+            .map(str::to_owned)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{} pods {prefix}* still in the API after {limit:?}: {left:?}\nkubelet:\n{}",
+            left.len(),
+            n.kubelet.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_costs_nearly_nothing_and_keeps_nothing_of_pods_the_kubelet_ends() {
+    let mut n = KubeNode::start("sb-cost").await;
+    n.cluster.grant_controller_role("job-controller").await;
+    n.cluster.start_controller_manager(&["job-controller"]);
+    // ten pods the kubelet runs
+    for i in 0..10 {
+        n.create(&pod(&format!("idle-{i}"), 5, "sleep 100000"))
+            .await;
+    }
+    for i in 0..10 {
+        n.wait_running(&format!("idle-{i}"), START).await;
+    }
+    let port = free_port();
+    let kc = n.cluster.node_kubeconfig(NODE);
+    let metrics = format!("127.0.0.1:{port}");
+    let cmd = n.reaplet_command_at(&kc, &metrics, &["--takeover-after", "20s"]);
+    n.spawn_reaplet(cmd);
+    let pid = n.reaplet.as_ref().unwrap().0.id();
+    n.wait_log("pod list from the API server", LISTED).await;
+    n.wait_log("a kubelet held the node Lease at start", LISTED)
+        .await;
+    // settled: its start-up requests are behind it
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // 1. the idle window
+    let from = reaplet::wall_ns();
+    tokio::time::sleep(IDLE).await;
+    let to = reaplet::wall_ns();
+    let audit = n.cluster.audit();
+    let user = format!("system:node:{NODE}");
+    let by = |agent: &str| -> Vec<Audit> {
+        audit
+            .iter()
+            .filter(|a| a.user == user && a.user_agent.starts_with(agent))
+            .filter(|a| in_window(a, from, to))
+            .cloned()
+            .collect()
+    };
+    let (ours, kubelet) = (by("reaplet/"), by("kubelet/"));
+    let quorum: Vec<String> = ours
+        .iter()
+        .filter(|a| is_quorum_read(a))
+        .map(Audit::line)
+        .collect();
+    println!(
+        "idle {IDLE:?} beside the live kubelet: reaplet {} requests, the kubelet {} ({:.3}x); \
+         reaplet's quorum reads: {}",
+        ours.len(),
+        kubelet.len(),
+        ours.len() as f64 / kubelet.len().max(1) as f64,
+        quorum.len()
+    );
+    for a in &ours {
+        println!("  reaplet: {} {}", a.line(), a.uri);
+    }
+    assert!(
+        quorum.is_empty(),
+        "reaplet made quorum reads while idle: {quorum:?}"
+    );
+    assert!(
+        !ours.iter().any(|a| a.resource == "leases"),
+        "reaplet read the Lease while the kubelet answered healthz: {:?}",
+        ours.iter().map(Audit::line).collect::<Vec<_>>()
+    );
+
+    // 2. churn: pods created and deleted and Jobs completed, all ended by the kubelet
+    let rss_before = rss_kib(pid);
+    let (pods, jobs) = (churn_pods(), churn_jobs());
+    let t_churn = Instant::now();
+    // in batches the kubelet's 110-pod limit allows
+    for batch in (0..pods).collect::<Vec<_>>().chunks(50) {
+        for i in batch {
+            n.create(&pod(&format!("churn-{i}"), 2, "sleep 100000"))
+                .await;
+        }
+        for i in batch {
+            n.wait_running(&format!("churn-{i}"), START).await;
+        }
+        for i in batch {
+            n.delete(&format!("churn-{i}"), None).await;
+        }
+    }
+    for j in 0..jobs {
+        n.cluster
+            .must(
+                "POST",
+                "/apis/batch/v1/namespaces/default/jobs",
+                Some(&job(&format!("job-{j}"))),
+            )
+            .await;
+    }
+    wait_no_pods(&n, "churn-", Duration::from_secs(300)).await;
+    // the Jobs complete; then they are deleted with their pods (as a TTL would)
+    let t0 = Instant::now();
+    loop {
+        let list = n
+            .cluster
+            .must("GET", "/apis/batch/v1/namespaces/default/jobs", None)
+            .await;
+        let done = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| j["status"]["succeeded"].as_i64() == Some(1))
+            .count();
+        if done == jobs {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "{done} of {jobs} Jobs completed"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let list = n
+        .cluster
+        .must(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D{NODE}"),
+            None,
+        )
+        .await;
+    for p in list["items"].as_array().into_iter().flatten() {
+        let name = p["metadata"]["name"].as_str().unwrap_or("");
+        if name.starts_with("job-") {
+            n.delete(name, None).await;
+        }
+    }
+    wait_no_pods(&n, "job-", Duration::from_secs(120)).await;
+    println!(
+        "churn: {pods} pods created and deleted, {jobs} Jobs completed, all ended by the kubelet \
+         in {:.1?}",
+        t_churn.elapsed()
+    );
+    // a moment for reaplet's relists to see the runtime empty of them
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let listed = reaplet_pods(port).await;
+    let kept: Vec<String> = listed["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["pod"].as_str())
+        .filter(|k| k.contains("/churn-") || k.contains("/job-"))
+        .map(str::to_owned)
+        .collect();
+    let rss_after = rss_kib(pid);
+    println!(
+        "after the churn reaplet's /pods lists {} of them; RSS {} KiB before, {} KiB after \
+         ({:+} KiB)",
+        kept.len(),
+        rss_before,
+        rss_after,
+        rss_after as i64 - rss_before as i64
+    );
+    assert!(
+        kept.is_empty(),
+        "reaplet keeps pods the kubelet ended: {kept:?}"
+    );
+    let timelines = listed["pods"].as_array().map_or(0, Vec::len);
+    assert!(
+        timelines <= 10,
+        "reaplet lists more than the ten idle pods: {listed}"
+    );
+
+    // 3. takeover: one fresh pod deleted right after the kubelet stops
+    n.create(&pod("fresh", 30, TRAPS_TERM)).await;
+    let p = n.wait_running("fresh", START).await;
+    let id = container_id(&p);
+    n.kubelet.stop();
+    let stopped = Instant::now();
+    n.delete("fresh", None).await;
+    n.wait_log("took over:", TAKEOVER_AFTER + RENEWAL + SLACK)
+        .await;
+    let took = reaplet::wall_ns();
+    let took_after = stopped.elapsed();
+    let st = n.wait_exited(&id, Duration::from_secs(30)).await;
+    assert_eq!(st.exit_code, 10, "SIGTERM, not SIGKILL: {st:?}");
+    let after_takeover = Duration::from_nanos((st.finished_at - took).max(0) as u64);
+    println!(
+        "takeover {took_after:.1?} after the kubelet stopped; the fresh pod's SIGTERM exit \
+         {after_takeover:.3?} after the takeover was logged ({pods} pods and {jobs} Jobs \
+         churned before)"
+    );
+    // the backlog cost nothing: no request for a pod that is gone
+    let late: Vec<String> = n
+        .reaplet_requests()
+        .iter()
+        .filter(|a| received_ns(a) >= took)
+        .filter(|a| a.name.starts_with("churn-") || a.name.starts_with("job-"))
+        .map(Audit::line)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "requests for gone pods after the takeover: {late:?}"
+    );
+}
