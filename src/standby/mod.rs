@@ -51,19 +51,32 @@
 //! The Lease's `renewTime` is the kubelet's wall clock. reaplet does not subtract it from its
 //! own wall clock (a step of the clock, NTP or a VM resume, would fake a dead or a live
 //! kubelet); it remembers the [`Instant`] at which it *saw* `renewTime` change, and the age is
-//! `now - that instant`. The cost: the age is up to one poll period late (a takeover comes up
-//! to one poll later, never sooner). At start the first observation counts as a renewal
-//! (takeover at the earliest one threshold after start: the safe direction); only
-//! [`start_mode`] compares `renewTime` with the wall clock, once, to tell whether a kubelet
-//! holds the Lease at all. After the first observation, every change is a renewal: a new
-//! `renewTime`, or a Lease appearing where there was none (a kubelet registering). The first
-//! look of [`run`] follows the start decision at once; a renewal that falls between the two
-//! reads is not seen as one, and a hand-back from an active start then waits for the next
-//! renewal (10 s later). A Lease that cannot be read (API down) is neither renewed nor stale
-//! as far as reaplet knows: a passive reaplet stays passive, an active one stays active until
-//! it reads a renewal. One look takes the Lease
-//! GET (bounded by [`crate::api::REQUEST_TIMEOUT`]) and the probe together: an API that hangs
-//! delays the next decision by up to that bound.
+//! `now - that instant`. How it sees the Lease, and what that costs the control plane, is
+//! [`lease`]: a watch on the one object where the identity may (a renewal is seen when it
+//! happens), else reads from the watch cache only while the decision needs them (the node
+//! identity may not watch its Lease; beside a kubelet that answers `/healthz` nothing is read
+//! at all). A change seen after a gap in reading is dated back by its wall-clock age, at most
+//! one kubelet renewal period ([`lease::KUBELET_RENEWAL`]): the only use of the wall clock after
+//! the start, bounded so that a skewed clock moves a takeover by at most that much. At start
+//! the first observation counts as a renewal (takeover at the earliest one threshold after
+//! start: the safe direction); [`start_mode`] compares `renewTime` with the wall clock, once,
+//! to tell whether a kubelet holds the Lease at all. After the first observation, every change
+//! is a renewal: a new `renewTime`, or a Lease appearing where there was none (a kubelet
+//! registering). A Lease that cannot be read (API down, a watch that fails) is neither renewed
+//! nor stale as far as reaplet knows: a passive reaplet stays passive, an active one stays
+//! active until it sees a renewal. A look probes the endpoint (bounded by the probe timeout)
+//! and, reading on demand, reads the Lease (bounded by [`crate::api::REQUEST_TIMEOUT`]): an API
+//! that hangs delays the next decision by up to that bound.
+//!
+//! # Nothing kept for pods another agent ends
+//!
+//! While passive, a pod that must end (deleted, terminal, completed, an orphan) gets no
+//! worker: the kubelet ends it, and reaplet keeps nothing of it beyond the pod source's own
+//! view of the object, which goes with the object ([`crate::workers`]). At a takeover,
+//! [`crate::workers::PodWorkers::take_over`] ends every deleted pod whose object is still
+//! there, and the next relist ends terminal pods and orphans that still run: what is gone costs
+//! nothing. A worker parked on a held kill (a hand-back in the middle of its termination) is
+//! released when its pod is gone from the sources and the runtime.
 //!
 //! # Race analysis: never both agents acting on one pod
 //!

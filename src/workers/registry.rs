@@ -3,8 +3,11 @@
 //!
 //! Invariants:
 //! * at most one worker per UID; a worker is spawned only for a pod that must end (a deleted
-//!   or terminal object, a kill request, an orphan), and forgotten by housekeeping once it
-//!   has finished and the pod is gone from the sources and the runtime;
+//!   or terminal object, a kill request, an orphan) and only while this agent acts: in
+//!   standby the kubelet ends it and nothing is kept ([`PodWorkers::take_over`] starts what is
+//!   still to do at a takeover); a worker is forgotten by housekeeping once it has finished
+//!   and the pod is gone from the sources and the runtime (in standby, once its pod is gone,
+//!   whatever its phase: a held one ends);
 //! * the mailbox keeps only the newest object (coalescing) but every kill request and its
 //!   completion notice; a resumed kill deadline survives the coalescing;
 //! * a deleted or terminal object becomes a [`KillRequest`] here, once: the worker never
