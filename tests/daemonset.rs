@@ -7,18 +7,24 @@
 //! (`testbed/testbed.sh reaplet-image target/release/reaplet`; `scripts/test.sh` builds the
 //! release binary with the Debian package first) and imported into the node's containerd; no
 //! registry. The manifest is the shipped one, with only its host paths re-pointed at this test
-//! node's (the CRI socket, the kubelet's root dir, the node kubeconfig, reaplet's metrics port
-//! and its liveness probe) and two read-only files added that a kubeadm node keeps inside the
-//! mounted directories (the test kubelet's config file and the test PKI the kubeconfig names).
+//! node's (the CRI socket's directory and the endpoint in it, the kubelet's root dir, the node
+//! kubeconfig, reaplet's metrics port and its two probes) and two read-only files added that a
+//! kubeadm node keeps inside the mounted directories (the test kubelet's config file and the
+//! test PKI the kubeconfig names).
 //!
 //! One node's story, in order: the daemonset controller creates reaplet's pod, the scheduler
 //! binds it, the kubelet runs it; a pod deleted while the kubelet lives is the kubelet's
 //! (reaplet writes nothing); the kubelet stops, and a pod deleted right then is ended by
 //! reaplet within `takeoverAfter` (plus the kubelet's last renewal period) plus its grace,
 //! with its preStop hook and then SIGTERM; the kubelet starts again and reaplet hands back;
-//! reaplet's own container ran through all of it. Then the kubelet stops again and reaplet's
-//! own pod is deleted along with a TERM-ignoring one: reaplet ends the other first, writes its
-//! own terminal status and deletes its own object, and only then is its own container stopped.
+//! reaplet's own container ran through all of it. Then the node's containerd restarts under
+//! reaplet's pod (issue 37, item 3: containerd creates its socket anew, which a mount of the
+//! socket file would never see): reaplet's CRI calls are answered again within seconds and
+//! `/readyz` stays 200 past the runtime's 30 s unhealthy threshold, so it was answered after the
+//! restart. The kubelet stops again and a TERM-ignoring pod is deleted right then: reaplet takes
+//! over and SIGKILLs it at its grace, through the new socket. Then reaplet's own pod is deleted
+//! along with another TERM-ignoring one: reaplet ends the other first, writes its own terminal
+//! status and deletes its own object, and only then is its own container stopped.
 
 mod common;
 
@@ -48,59 +54,8 @@ const WINDOW: Duration = Duration::from_secs(10);
 const GRACE: i64 = 10;
 const HOOKED: &str =
     "h=0; trap 'h=1' USR1; trap 'exit $((10 + h))' TERM; while true; do sleep 0.2; done";
-
-/// The release binary this test puts in the image.
-fn release_binary() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let bin = tmp
-        .parent()
-        .expect("the target dir")
-        .join("release/reaplet");
-    assert!(
-        bin.exists(),
-        "\n\n*** {} is missing: this test runs reaplet's release binary in its image. \
-         scripts/test.sh builds it (with the Debian package); by hand: \
-         cargo build --release --locked ***\n",
-        bin.display()
-    );
-    bin
-}
-
-/// Builds (or finds up to date) the image and imports it into the node's containerd.
-fn import_image(n: &KubeNode) {
-    let repo = common::repo();
-    let out = std::process::Command::new("bash")
-        .arg(repo.join("testbed/testbed.sh"))
-        .arg("reaplet-image")
-        .arg(release_binary())
-        .output()
-        .expect("running testbed/testbed.sh reaplet-image");
-    assert!(
-        out.status.success(),
-        "building the image failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tar = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let out = std::process::Command::new("ctr")
-        .arg("--address")
-        .arg(&n.tb.socket)
-        .args([
-            "-n",
-            "k8s.io",
-            "images",
-            "import",
-            "--snapshotter",
-            "overlayfs",
-        ])
-        .arg(&tar)
-        .output()
-        .expect("running ctr");
-    assert!(
-        out.status.success(),
-        "importing {tar}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+/// The grace of the TERM-ignoring pods (SIGKILL, exit 137, at it).
+const SHORT_GRACE: i64 = 5;
 
 /// `deploy/daemonset.yaml` with this node's host paths; the metrics port reaplet and its
 /// liveness probe use.
@@ -109,7 +64,7 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
     let mut ds: Value = serde_saphyr::from_str(&text).expect("deploy/daemonset.yaml parses");
     let port = free_port();
     let spec = &mut ds["spec"]["template"]["spec"];
-    let socket = n.tb.socket.display().to_string();
+    let socket_dir = n.tb.socket.parent().unwrap().display().to_string();
     let root = n.kubelet.root_dir.display().to_string();
     let kc = kubeconfig.display().to_string();
     let kubelet_config = n.kubelet.config_file.display().to_string();
@@ -117,7 +72,7 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
     // the shipped volumes, re-pointed (same path inside as outside, as on a real node)
     let repoint = |name: &str| -> Option<&str> {
         match name {
-            "cri" => Some(&socket),
+            "cri" => Some(&socket_dir),
             "kubelet" => Some(&root),
             "kubeconfig" => Some(&kc),
             _ => None,
@@ -132,11 +87,41 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
         }
     }
     assert_eq!(seen.len(), 3, "the manifest's volumes changed: {seen:?}");
+    // the runtime's socket directory, never the socket file (containerd replaces the file)
+    let cri = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cri")
+        .unwrap();
+    assert_eq!(cri["hostPath"]["type"], "Directory", "{cri:#}");
     spec["volumes"].as_array_mut().unwrap().extend([
         json!({"name": "test-kubelet-config", "hostPath": {"path": kubelet_config, "type": "File"}}),
         json!({"name": "test-pki", "hostPath": {"path": pki, "type": "Directory"}}),
     ]);
     let c = &mut spec["containers"][0];
+    // the endpoint names a socket in the mounted directory, in the shipped manifest too
+    let shipped_dir = c["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["name"] == "cri")
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("the cri mount")
+        .to_owned();
+    let endpoint = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("--container-runtime-endpoint="))
+        .next()
+        .expect("--container-runtime-endpoint in the args")
+        .to_owned();
+    assert_eq!(
+        Path::new(endpoint.trim_start_matches("unix://")).parent(),
+        Some(Path::new(&shipped_dir)),
+        "the endpoint {endpoint} is not in the mounted directory {shipped_dir}"
+    );
     for m in c["volumeMounts"].as_array_mut().expect("volumeMounts") {
         let name = m["name"].as_str().unwrap().to_owned();
         if let Some(p) = repoint(&name) {
@@ -153,12 +138,14 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
         .iter()
         .filter(|a| {
             let a = a.as_str().unwrap_or("");
-            !a.starts_with("--kubeconfig=") && !a.starts_with("--kubelet-config=")
+            !a.starts_with("--kubeconfig=")
+                && !a.starts_with("--kubelet-config=")
+                && !a.starts_with("--container-runtime-endpoint=")
         })
         .cloned()
         .collect();
     assert_eq!(
-        args.len() + 2,
+        args.len() + 3,
         c["args"].as_array().unwrap().len(),
         "the manifest's args changed: {:#}",
         c["args"]
@@ -167,6 +154,7 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
         [
             format!("--kubeconfig={kc}"),
             format!("--kubelet-config={kubelet_config}"),
+            format!("--container-runtime-endpoint={}", n.tb.endpoint()),
             format!("--root-dir={root}"),
             format!("--kubelet-healthz-url={}", n.kubelet.healthz_url()),
             format!("--metrics-bind-address=127.0.0.1:{port}"),
@@ -175,7 +163,15 @@ fn daemonset(n: &KubeNode, kubeconfig: &Path) -> (Value, u16) {
         .map(Value::from),
     );
     c["args"] = Value::Array(args);
-    c["livenessProbe"]["httpGet"]["port"] = json!(port);
+    // the probes ask reaplet's default status address (the manifest does not set it)
+    let default: std::net::SocketAddr = reaplet::config::DEFAULT_METRICS_ADDRESS.parse().unwrap();
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &mut c[probe]["httpGet"];
+        assert_eq!(get["host"], default.ip().to_string(), "{probe}");
+        assert_eq!(get["port"], default.port(), "{probe}");
+        get["port"] = json!(port);
+    }
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     (ds, port)
 }
 
@@ -215,6 +211,81 @@ async fn reaplets_pod(n: &KubeNode, limit: Duration) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits until the kubelet reports reaplet's pod `name` Ready (its readiness probe passed).
+async fn wait_pod_ready(n: &KubeNode, name: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let p = n
+            .cluster
+            .must(
+                "GET",
+                &format!("/api/v1/namespaces/kube-system/pods/{name}"),
+                None,
+            )
+            .await;
+        let ready = p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if ready {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "the kubelet did not report reaplet's pod Ready within {limit:?}: {:#}",
+            p["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One GET on reaplet's status endpoint: (code, body), `None` when nothing answers.
+async fn status_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    tokio::time::timeout(Duration::from_secs(5), reaplet::server::fetch(addr, path))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// CRI calls the runtime answered, by reaplet's metrics (calls less errors, every operation).
+async fn cri_answers(port: u16) -> u64 {
+    let (code, text) = status_get(port, "/metrics")
+        .await
+        .expect("reaplet's /metrics answers");
+    assert_eq!(code, 200, "{text}");
+    let sum = |family: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    sum("reaplet_runtime_operations_total") - sum("reaplet_runtime_operations_errors_total")
+}
+
+/// Polls `/readyz` every 250 ms until `stop` fires: how long it watched, and every answer that
+/// was not 200.
+fn watch_readyz(
+    port: u16,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<(Duration, Vec<String>)> {
+    tokio::spawn(async move {
+        let t0 = Instant::now();
+        let mut bad = Vec::new();
+        tokio::pin!(stop);
+        loop {
+            match status_get(port, "/readyz").await {
+                Some((200, _)) => {}
+                other => bad.push(format!("{:?} after {:?}", other, t0.elapsed())),
+            }
+            tokio::select! {
+                _ = &mut stop => return (t0.elapsed(), bad),
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    })
 }
 
 /// The container log the kubelet set up for reaplet's container (containerd keeps writing it
@@ -267,7 +338,7 @@ fn reaplet_lines(n: &KubeNode, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_last() {
     let mut n = KubeNode::start("ds").await;
-    import_image(&n);
+    common::helm::import_reaplet_image(&n.tb.socket);
     n.cluster
         .grant_controller_role("daemon-set-controller")
         .await;
@@ -294,6 +365,9 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
         "{me:#}"
     );
     n.reaplet_log = container_log(&n, &me);
+    // its readiness probe passes: the runtime answers and the pod sources listed
+    let ready = wait_pod_ready(&n, &my_name, START).await;
+    println!("reaplet's pod Ready {ready:?} after it ran");
     n.wait_log("a kubelet held the node Lease at start", START)
         .await;
     n.wait_log("reaplet runs in a pod of its own", START).await;
@@ -351,12 +425,14 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
     rescued["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {"medium": "Memory"}}]);
     rescued["spec"]["containers"][0]["volumeMounts"] =
         json!([{"name": "scratch", "mountPath": "/scratch"}]);
-    let last = pod("last", 5, IGNORES_TERM);
-    for b in [&alive, &rescued, &last] {
+    let last = pod("last", SHORT_GRACE, IGNORES_TERM);
+    let stubborn = pod("stubborn", SHORT_GRACE, IGNORES_TERM);
+    for b in [&alive, &rescued, &last, &stubborn] {
         n.create(b).await;
     }
     let rescued = n.wait_running("rescued", START).await;
     let last = n.wait_running("last", START).await;
+    let stubborn = n.wait_running("stubborn", START).await;
     n.wait_running("alive", START).await;
 
     // 1. the kubelet lives: a deleted pod is the kubelet's
@@ -442,9 +518,96 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
     assert_eq!(container_id(&now), my_container, "{now:#}");
     assert_eq!(now["status"]["containerStatuses"][0]["restartCount"], 0);
 
-    // 4. the kubelet stops again; reaplet's own pod and a TERM-ignoring one are deleted
+    // 4. containerd restarts under reaplet's pod: a new socket in the mounted directory
+    let (stop_watch, stop_rx) = tokio::sync::oneshot::channel();
+    let readiness = watch_readyz(port, stop_rx);
+    let restarting = Instant::now();
+    tokio::task::block_in_place(|| n.tb.restart_containerd()).expect("containerd restarts");
+    let restarted = Instant::now();
+    // answers counted from here came from the new containerd (the old one has exited); two
+    // of them, so that one surely began after it (reaplet relists every second for a while
+    // after its event stream ends)
+    let answered = cri_answers(port).await;
+    let mut again = answered;
+    while again < answered + 2 {
+        assert!(
+            restarted.elapsed() < SLACK,
+            "reaplet's CRI calls not answered within {SLACK:?} of containerd's restart \
+             ({} answered before, {again} now); /readyz: {:?}\nreaplet:\n{}",
+            answered,
+            status_get(port, "/readyz").await,
+            n.reaplet_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        again = cri_answers(port).await;
+    }
+    println!(
+        "containerd restart took {:?}; reaplet's CRI calls answered again {:?} after it",
+        restarted - restarting,
+        restarted.elapsed()
+    );
+
+    // 5. the kubelet stops; a TERM-ignoring pod deleted now is reaplet's, through the new
+    // socket: SIGKILL at its grace
     n.kubelet.stop();
+    let stopped = Instant::now();
+    let stopped_ns = reaplet::wall_ns();
+    n.delete("stubborn", None).await;
+    let deleted_ns = reaplet::wall_ns();
     wait_nth(&n, "ReapletTookOver", 2, TAKEOVER_AFTER + RENEWAL + SLACK).await;
+    let took_over_ns = reaplet::wall_ns();
+    let grace = Duration::from_secs(SHORT_GRACE as u64);
+    let bound = TAKEOVER_AFTER + RENEWAL + grace + SLACK;
+    let killed = n
+        .wait_exited(
+            &container_id(&stubborn),
+            bound.saturating_sub(stopped.elapsed()),
+        )
+        .await;
+    let secs = |from: i64| (killed.finished_at - from) as f64 / 1e9;
+    println!(
+        "stubborn: exit {} {:.2}s after its deletion, {:.2}s after reaplet's takeover was seen \
+         (grace {grace:?}), {:.2}s after the kubelet stopped (bound {bound:?})",
+        killed.exit_code,
+        secs(deleted_ns),
+        secs(took_over_ns),
+        secs(stopped_ns)
+    );
+    assert_eq!(killed.exit_code, 137, "`stubborn` ignores SIGTERM");
+    assert!(killed.finished_at - deleted_ns >= grace.as_nanos() as i64);
+    // the whole grace from the kill reaplet began at takeover (seen in its log at most a
+    // poll and a log write after it began: a second allowed)
+    assert!(
+        killed.finished_at - took_over_ns >= (grace - Duration::from_secs(1)).as_nanos() as i64,
+        "SIGKILL {:.2}s after the takeover was seen, before the grace",
+        secs(took_over_ns)
+    );
+    n.wait_gone("stubborn", stopped, bound + SLACK).await;
+    let w = n.pod_writes("reaplet/", "stubborn");
+    assert_eq!(
+        w.iter().map(Audit::line).collect::<Vec<_>>(),
+        ["patch pods/status stubborn 200", "delete pods stubborn 200"]
+    );
+    assert_eq!(exit_code(&w[0]), Some(137), "{:#}", w[0].request);
+    // readiness held from the restart until the runtime's unhealthy threshold had passed with
+    // it: a relist was answered after the restart
+    // (reaplet's runtime unhealthy threshold, the kubelet's `maxWaitForContainerRuntime`)
+    let unhealthy_after = reaplet::workers::PipelineConfig::default().runtime_unhealthy_after;
+    let watch_until = unhealthy_after + Duration::from_secs(5);
+    tokio::time::sleep(watch_until.saturating_sub(restarting.elapsed())).await;
+    stop_watch.send(()).unwrap();
+    let (watched, not_ready) = readiness.await.unwrap();
+    println!(
+        "/readyz watched for {watched:?} from containerd's restart: {} answers not 200",
+        not_ready.len()
+    );
+    assert!(watched >= watch_until, "{watched:?}");
+    assert!(
+        not_ready.is_empty(),
+        "/readyz not ready after containerd's restart: {not_ready:#?}"
+    );
+
+    // 6. reaplet's own pod and another TERM-ignoring one are deleted
     let since = reaplet::wall_ns();
     n.delete("last", None).await;
     n.cluster
@@ -456,14 +619,9 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
         .await;
     // `last` first: once it is ended and its object gone, reaplet may remove its containers
     // (a finished orphan's sandbox) while it waits for its own workers to settle
-    let other = n
-        .wait_exited(&container_id(&last), Duration::from_secs(5) + SLACK)
-        .await;
+    let other = n.wait_exited(&container_id(&last), grace + SLACK).await;
     let mine = n
-        .wait_exited(
-            &my_container,
-            Duration::from_secs(5) + SLACK + Duration::from_secs(30),
-        )
+        .wait_exited(&my_container, grace + SLACK + Duration::from_secs(30))
         .await;
     let own_writes: Vec<Audit> = n
         .reaplet_writes()
