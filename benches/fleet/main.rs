@@ -35,15 +35,18 @@ mod port;
 
 mod audit;
 mod procs;
+mod report;
+mod window;
 
-use audit::{AuditLog, Who};
+use audit::AuditLog;
 use k8s::{Cluster, Options};
-use procs::{Fleet, Member, cpu_secs, rss_mib};
+use procs::{Fleet, Member, rss_mib};
 use reaplet::testbed::Testbed;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use window::{Watched, measure};
 
 type R<T> = Result<T, String>;
 
@@ -257,121 +260,6 @@ async fn wait_registered(
     ))
 }
 
-/// One measured window.
-struct Window {
-    name: &'static str,
-    secs: f64,
-    apiserver_cpu: f64,
-    etcd_cpu: f64,
-    /// CPU seconds of the hollow kubelets, of the reaplets
-    kubelets_cpu: f64,
-    reaplets_cpu: f64,
-    /// requests received in the window, by sender: (all, quorum reads)
-    reqs: BTreeMap<Who, (usize, usize)>,
-    /// by sender, verb and resource: (requests, quorum reads)
-    by_kind: BTreeMap<(Who, String, String), (usize, usize)>,
-    /// watches open at its end, by sender (audit log) and in all (the API server's gauge)
-    watches: BTreeMap<Who, usize>,
-    watches_gauge: f64,
-}
-
-impl Window {
-    fn rate(&self, who: Who) -> (f64, f64) {
-        let (a, q) = self.reqs.get(&who).copied().unwrap_or_default();
-        (a as f64 / self.secs, q as f64 / self.secs)
-    }
-
-    fn rate_all(&self) -> (f64, f64) {
-        let (a, q) = self
-            .reqs
-            .values()
-            .fold((0, 0), |(a, q), (x, y)| (a + x, q + y));
-        (a as f64 / self.secs, q as f64 / self.secs)
-    }
-
-    fn watches(&self, who: Who) -> usize {
-        self.watches.get(&who).copied().unwrap_or(0)
-    }
-}
-
-/// The API server's `apiserver_longrunning_requests` for WATCH, summed (NaN if unreadable).
-async fn watch_gauge(cluster: &Cluster) -> f64 {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("a request");
-    let Ok(Ok(text)) =
-        tokio::time::timeout(Duration::from_secs(30), cluster.admin.request_text(req)).await
-    else {
-        return f64::NAN;
-    };
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
-}
-
-/// The processes a window watches.
-struct Watched<'a> {
-    cluster: &'a Cluster,
-    kubelets: &'a mut Fleet,
-    reaplets: &'a mut Fleet,
-    audit: &'a mut AuditLog,
-}
-
-/// Measures one window of `len`: sleeps through it (no API request of the benchmark's own),
-/// checking every 5 s that no member of the fleet exited.
-async fn measure(name: &'static str, w: &mut Watched<'_>, len: Duration) -> R<Window> {
-    let (api, etcd) = (
-        w.cluster.apiserver.pid().unwrap_or(0),
-        w.cluster.etcd.pid().unwrap_or(0),
-    );
-    let sum = |pids: &[u32]| pids.iter().map(|p| cpu_secs(*p)).sum::<f64>();
-    let (kp, rp) = (w.kubelets.pids(), w.reaplets.pids());
-    println!("[{name}] measuring {} s ...", len.as_secs());
-    let (c_api, c_etcd, c_k, c_r) = (cpu_secs(api), cpu_secs(etcd), sum(&kp), sum(&rp));
-    let (t0, from) = (Instant::now(), now_ns());
-    while t0.elapsed() < len {
-        tokio::time::sleep((len - t0.elapsed()).min(Duration::from_secs(5))).await;
-        for f in [&mut *w.kubelets, &mut *w.reaplets] {
-            if let Some(e) = f.first_exited() {
-                return Err(format!("during {name}: {e}"));
-            }
-        }
-    }
-    let (secs, to) = (t0.elapsed().as_secs_f64(), now_ns());
-    let mut win = Window {
-        name,
-        secs,
-        apiserver_cpu: cpu_secs(api) - c_api,
-        etcd_cpu: cpu_secs(etcd) - c_etcd,
-        kubelets_cpu: sum(&kp) - c_k,
-        reaplets_cpu: sum(&rp) - c_r,
-        reqs: BTreeMap::new(),
-        by_kind: BTreeMap::new(),
-        watches: BTreeMap::new(),
-        watches_gauge: 0.0,
-    };
-    // the log backend writes a record before the answer goes out: give the last ones a moment
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    w.audit.refresh(&w.cluster.audit_log);
-    for r in w.audit.window(from, to) {
-        let e = win.reqs.entry(r.who).or_default();
-        e.0 += 1;
-        e.1 += usize::from(r.quorum);
-        let k = win
-            .by_kind
-            .entry((r.who, r.verb.clone(), r.resource.clone()))
-            .or_default();
-        k.0 += 1;
-        k.1 += usize::from(r.quorum);
-    }
-    win.watches = w.audit.watches_open();
-    win.watches_gauge = watch_gauge(w.cluster).await;
-    Ok(win)
-}
-
 /// reaplet's role by node, from its `/pods` (`authority.role` and `.why`), counted.
 async fn roles(status: &[std::net::SocketAddr]) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
@@ -391,129 +279,6 @@ async fn roles(status: &[std::net::SocketAddr]) -> BTreeMap<String, usize> {
         *m.entry(role).or_default() += 1;
     }
     m
-}
-
-fn pct(part: f64, whole: f64) -> String {
-    if whole > 0.0 {
-        format!("{:.1} %", 100.0 * part / whole)
-    } else if part > 0.0 {
-        "inf".into()
-    } else {
-        "0".into()
-    }
-}
-
-fn verdict(part: f64, whole: f64) -> &'static str {
-    if part <= 0.1 * whole {
-        "met"
-    } else {
-        "NOT met"
-    }
-}
-
-/// The closing tables.
-fn report(plan: &Plan, w: [&Window; 3], footprint: &str) {
-    let [w0, w1, w2] = w;
-    let n = plan.nodes as f64;
-    println!(
-        "\nfleet: {} nodes, windows of {:.0} s (W0 control plane alone, W1 + hollow kubelets, \
-         W2 + standby reaplets)",
-        plan.nodes, w1.secs
-    );
-    println!(
-        "{:<40} {:>10} {:>10} {:>10} {:>13} {:>13} {:>10}  target <= 10 %",
-        "figure", "W0", "W1", "W2", "reaplet adds", "kubelets cost", "adds/cost"
-    );
-    let row = |name: &str, v: [f64; 3], adds: f64, cost: f64| {
-        println!(
-            "{name:<40} {:>10.2} {:>10.2} {:>10.2} {adds:>13.2} {cost:>13.2} {:>10}  {}",
-            v[0],
-            v[1],
-            v[2],
-            pct(adds, cost),
-            verdict(adds, cost)
-        );
-    };
-    let all = |x: &Window| x.rate_all();
-    row(
-        "API requests/s (all senders)",
-        [all(w0).0, all(w1).0, all(w2).0],
-        w2.rate(Who::Reaplet).0,
-        w1.rate(Who::Kubelet).0,
-    );
-    row(
-        "quorum reads/s (all senders)",
-        [all(w0).1, all(w1).1, all(w2).1],
-        w2.rate(Who::Reaplet).1,
-        w1.rate(Who::Kubelet).1,
-    );
-    let held = |x: &Window| x.watches.values().sum::<usize>() as f64;
-    row(
-        "watches held at the window's end",
-        [held(w0), held(w1), held(w2)],
-        w2.watches(Who::Reaplet) as f64,
-        w1.watches(Who::Kubelet) as f64,
-    );
-    let mc = |cpu: f64, x: &Window| 1000.0 * cpu / x.secs / n;
-    let api = [w0, w1, w2].map(|x| mc(x.apiserver_cpu, x));
-    row(
-        "kube-apiserver CPU per node (millicores)",
-        api,
-        api[2] - api[1],
-        api[1] - api[0],
-    );
-    let etcd = [w0, w1, w2].map(|x| mc(x.etcd_cpu, x));
-    row(
-        "etcd CPU per node (millicores)",
-        etcd,
-        etcd[2] - etcd[1],
-        etcd[1] - etcd[0],
-    );
-    println!(
-        "(requests, quorum reads, watches: \"reaplet adds\" counts the reaplets' own in W2 and \
-         \"kubelets cost\" the hollow kubelets' own in W1, by User-Agent; CPU: W2 - W1 and \
-         W1 - W0. The API server's watch gauge: W0 {:.0}, W1 {:.0}, W2 {:.0}.)",
-        w0.watches_gauge, w1.watches_gauge, w2.watches_gauge
-    );
-    println!("\nper node and second, by sender:");
-    for (who, x) in [(Who::Kubelet, w1), (Who::Kubelet, w2), (Who::Reaplet, w2)] {
-        let (a, q) = x.rate(who);
-        println!(
-            "  {who:?} in {}: {:.3} requests, {:.3} quorum reads; {} watches held ({:.2} per node)",
-            x.name,
-            a / n,
-            q / n,
-            x.watches(who),
-            x.watches(who) as f64 / n
-        );
-    }
-    for x in [w0, w1, w2] {
-        let (a, q) = x.rate(Who::Other);
-        println!(
-            "  others (the API server's own clients, the benchmark) in {}: {a:.2} requests/s, \
-             {q:.2} quorum reads/s",
-            x.name
-        );
-    }
-    println!("\nby verb and resource (requests/s in the window; quorum reads/s after the slash):");
-    for (label, who, x) in [
-        ("hollow kubelets, W1", Who::Kubelet, w1),
-        ("hollow kubelets, W2", Who::Kubelet, w2),
-        ("reaplets, W2", Who::Reaplet, w2),
-        ("others, W2", Who::Other, w2),
-    ] {
-        println!("  {label}:");
-        for ((_, verb, res), (a, q)) in x.by_kind.iter().filter(|((w, _, _), _)| *w == who) {
-            println!(
-                "    {:<8} {:<36} {:>8.3} / {:.3}",
-                verb,
-                res,
-                *a as f64 / x.secs,
-                *q as f64 / x.secs
-            );
-        }
-    }
-    println!("\n{footprint}");
 }
 
 async fn run(plan: Plan) -> R<()> {
@@ -643,7 +408,7 @@ async fn run(plan: Plan) -> R<()> {
         100.0 * w2.reaplets_cpu / w2.secs,
         100.0 * w2.reaplets_cpu / w2.secs / n,
     );
-    report(&plan, [&w0, &w1, &w2], &footprint);
+    report::report(&plan, [&w0, &w1, &w2], &footprint);
     // keep the logs of the run: the cluster's directory goes with it
     let keep = repo().join("target/tmp/bench-fleet");
     let _ = std::fs::remove_dir_all(&keep);
