@@ -16,7 +16,7 @@ use crate::cri::{CriClient, CriConfig, CriError, EventSource, Runtime};
 use std::path::Path;
 
 mod access;
-pub use access::{Need, Target, needed, taint_manager};
+pub use access::{Need, Target, needed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

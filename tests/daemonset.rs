@@ -201,13 +201,8 @@ async fn reaplets_pod(n: &KubeNode, limit: Duration) -> Value {
         }
         assert!(
             t0.elapsed() < limit,
-            "reaplet's DaemonSet pod not running within {limit:?}: {list:#}\nkubelet:\n{}\ncontroller manager:\n{}",
-            n.kubelet.log_grep(&["E1", "W1", "reaplet"], 40),
-            n.cluster
-                .controller_manager
-                .as_ref()
-                .map(|p| p.tail(30))
-                .unwrap_or_default()
+            "reaplet's DaemonSet pod not running within {limit:?}: {list:#}\n{}",
+            n.controller_diagnostics()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

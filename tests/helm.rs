@@ -232,13 +232,8 @@ async fn ready_pod(n: &KubeNode, not: &[String], limit: Duration) -> Value {
         }
         assert!(
             t0.elapsed() < limit,
-            "no single ready pod of the release within {limit:?}: {pods:#?}\nkubelet:\n{}\ncontroller manager:\n{}",
-            n.kubelet.log_grep(&["E1", "W1", "reaplet"], 40),
-            n.cluster
-                .controller_manager
-                .as_ref()
-                .map(|p| p.tail(30))
-                .unwrap_or_default()
+            "no single ready pod of the release within {limit:?}: {pods:#?}\n{}",
+            n.controller_diagnostics()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -99,26 +99,31 @@ fn job(name: &str) -> Value {
     })
 }
 
+/// The names of the node's pods in the API that start with `prefix`.
+async fn node_pods(n: &KubeNode, prefix: &str) -> Vec<String> {
+    let list = n
+        .cluster
+        .must(
+            "GET",
+            &format!("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D{NODE}"),
+            None,
+        )
+        .await;
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .filter(|name| name.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Waits until no pod of the node is left in the API whose name starts with `prefix`.
 async fn wait_no_pods(n: &KubeNode, prefix: &str, limit: Duration) {
     let t0 = Instant::now();
     loop {
-        let list = n
-            .cluster
-            .must(
-                "GET",
-                &format!("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D{NODE}"),
-                None,
-            )
-            .await;
-        let left: Vec<String> = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["metadata"]["name"].as_str())
-            .filter(|name| name.starts_with(prefix))
-            .map(str::to_owned)
-            .collect();
+        let left = node_pods(n, prefix).await;
         if left.is_empty() {
             return;
         }
@@ -247,19 +252,8 @@ async fn standby_costs_nearly_nothing_and_keeps_nothing_of_pods_the_kubelet_ends
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let list = n
-        .cluster
-        .must(
-            "GET",
-            &format!("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D{NODE}"),
-            None,
-        )
-        .await;
-    for p in list["items"].as_array().into_iter().flatten() {
-        let name = p["metadata"]["name"].as_str().unwrap_or("");
-        if name.starts_with("job-") {
-            n.delete(name, None).await;
-        }
+    for name in node_pods(&n, "job-").await {
+        n.delete(&name, None).await;
     }
     wait_no_pods(&n, "job-", Duration::from_secs(120)).await;
     println!(
@@ -291,9 +285,9 @@ async fn standby_costs_nearly_nothing_and_keeps_nothing_of_pods_the_kubelet_ends
         kept.is_empty(),
         "reaplet keeps pods the kubelet ended: {kept:?}"
     );
-    let timelines = listed["pods"].as_array().map_or(0, Vec::len);
+    let listed_pods = listed["pods"].as_array().map_or(0, Vec::len);
     assert!(
-        timelines <= 10,
+        listed_pods <= 10,
         "reaplet lists more than the ten idle pods: {listed}"
     );
 

@@ -26,6 +26,7 @@
 //! is not counted as a quorum read (it is still a request); neither is a request for a
 //! non-resource URL (`/openapi/v3`, `/healthz`: no `objectRef`), which no storage serves.
 
+use super::json_tail::JsonLinesTail;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -69,7 +70,7 @@ pub struct Req {
 /// The audit log read so far.
 #[derive(Default)]
 pub struct AuditLog {
-    offset: u64,
+    tail: JsonLinesTail,
     pub reqs: Vec<Req>,
     /// auditIDs already counted (a watch has two records)
     seen: HashSet<String>,
@@ -121,23 +122,9 @@ pub fn is_quorum_read(verb: &str, uri: &str, code: u16) -> bool {
 impl AuditLog {
     /// Reads the records written since the last call (complete lines only).
     pub fn refresh(&mut self, path: &Path) {
-        use std::io::{Read, Seek, SeekFrom};
-        let Ok(mut f) = std::fs::File::open(path) else {
-            return;
-        };
-        let mut buf = Vec::new();
-        if f.seek(SeekFrom::Start(self.offset)).is_err() || f.read_to_end(&mut buf).is_err() {
-            return;
-        }
-        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-            return;
-        };
-        for line in buf[..end].split(|b| *b == b'\n') {
-            if let Ok(v) = serde_json::from_slice::<Value>(line) {
-                self.add(&v);
-            }
-        }
-        self.offset += end as u64 + 1;
+        let mut tail = std::mem::take(&mut self.tail);
+        tail.read_new(path, |v| self.add(v));
+        self.tail = tail;
     }
 
     fn add(&mut self, v: &Value) {

@@ -34,6 +34,8 @@ mod k8s;
 mod port;
 
 mod audit;
+#[path = "../common/json_tail.rs"]
+mod json_tail;
 mod procs;
 mod report;
 mod window;

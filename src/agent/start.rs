@@ -133,13 +133,13 @@ pub async fn agent_config(
             std::env::var("WATCHDOG_PID").map_or(true, |p| p == std::process::id().to_string())
         })
         .map(Duration::from_micros);
-    let standalone = s.pod_manifest_path.is_some();
     tracing::info!(
         target: LOG_TARGET,
         url = s.kubelet_healthz_url.as_deref().unwrap_or("none (healthzPort 0: the Lease alone decides)"),
         from = s.kubelet_healthz_from.as_str(),
         "kubelet healthz probe"
     );
+    let taint_manager = s.taint_manager();
     let cfg = AgentConfig {
         node_name,
         runtime,
@@ -187,11 +187,7 @@ pub async fn agent_config(
         takeover_after: s.takeover_after,
         standby_poll: Duration::from_secs(2),
         eviction: crate::eviction::EvictionConfig {
-            // a standalone node (primary, running its own static pods) has no controller
-            // manager to do it; on a cluster node the controller manager does
-            taint_manager: s
-                .enable_taint_manager
-                .unwrap_or(s.authority == crate::standby::AuthoritySetting::Primary && standalone),
+            taint_manager,
             node_affinity: s
                 .enforce_node_affinity
                 .then(|| crate::eviction::AffinityConfig {

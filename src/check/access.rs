@@ -179,13 +179,6 @@ const SHUTDOWN: &[Need] = &[
     ),
 ];
 
-/// Whether the NoExecute taint manager runs, as `reaplet run` decides it
-/// (`agent::start`): as set, else on for a standalone node (primary with static pods).
-pub fn taint_manager(s: &Settings) -> bool {
-    s.enable_taint_manager
-        .unwrap_or(s.authority == AuthoritySetting::Primary && s.pod_manifest_path.is_some())
-}
-
 /// What `reaplet run` with these settings sends to the API server (see the module's
 /// invariants); the taint manager's writes (the `DisruptionTarget` status, the delete, the
 /// event) are among the pods' own.
@@ -195,7 +188,7 @@ pub fn needed(s: &Settings) -> Vec<Need> {
         out.extend_from_slice(STANDBY);
     }
     let affinity = s.enforce_node_affinity;
-    if taint_manager(s) || affinity {
+    if s.taint_manager() || affinity {
         out.extend_from_slice(NODE_WATCH);
     }
     if affinity && !s.eviction_dry_run {

@@ -66,24 +66,24 @@ fn the_taint_manager_adds_the_node_watch_and_follows_the_runs_default() {
         r.authority = Some("primary".into());
         r.enable_taint_manager = Some("true".into());
     });
-    assert!(taint_manager(&s));
+    assert!(s.taint_manager());
     assert_eq!(names(&s), with(&node_watch));
     // off by default on a cluster node, on for a standalone one (primary, static pods)
     let cluster = settings(|r| r.authority = Some("primary".into()));
-    assert!(!taint_manager(&cluster));
+    assert!(!cluster.taint_manager());
     let dir = tempfile::tempdir().unwrap();
     let standalone = settings(|r| {
         r.authority = Some("primary".into());
         r.pod_manifest_path = Some(dir.path().display().to_string());
     });
-    assert!(taint_manager(&standalone));
+    assert!(standalone.taint_manager());
     assert_eq!(names(&standalone), with(&node_watch));
     // not in standby, whatever the manifests
     let standby = settings(|r| {
         r.authority = Some("standby".into());
         r.pod_manifest_path = Some(dir.path().display().to_string());
     });
-    assert!(!taint_manager(&standby));
+    assert!(!standby.taint_manager());
     assert!(!names(&standby).iter().any(|n| n.contains("nodes")));
 }
 

@@ -518,6 +518,16 @@ pub struct Settings {
     /// every pod still terminating has one as well.
     pub termination_timelines: usize,
 }
+impl Settings {
+    /// Whether the NoExecute taint manager runs: as set, else on for a standalone node (primary
+    /// with static pods: no controller manager does it); on a cluster node the controller
+    /// manager does. `reaplet run` and `reaplet check` both ask this.
+    pub fn taint_manager(&self) -> bool {
+        self.enable_taint_manager.unwrap_or(
+            self.authority == AuthoritySetting::Primary && self.pod_manifest_path.is_some(),
+        )
+    }
+}
 
 /// The default metrics and status address (loopback only).
 /// 10266: no Kubernetes component's default (the kubelet's are 10248, 10250 and 10255,

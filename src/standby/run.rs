@@ -142,6 +142,7 @@ pub async fn run(
     let mut lease_failing = false;
     let mut failed_probes: u32 = 0;
     let mut forbidden_seen = false;
+    let mut following = true;
     loop {
         let health = probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await;
         failed_probes = match health {
@@ -262,17 +263,9 @@ pub async fn run(
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(cfg.poll) => {}
-            // a Lease change (or the watch refused): decide at once
-            r = watched.changed() => {
-                if r.is_err() {
-                    // the follower ended (forbidden, or cancelled): keep the value, poll on
-                    watched.mark_unchanged();
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(cfg.poll) => {}
-                    }
-                }
-            }
+            // a Lease change (or the watch refused): decide at once; once the follower has
+            // ended (forbidden: reads on demand), the poll alone paces the looks
+            r = watched.changed(), if following => following = r.is_ok(),
             // back after an outage: read the Lease now
             _ = api_health.reachable(), if down => {}
         }

@@ -562,7 +562,7 @@ impl<R: Runtime> PodWorkers<R> {
                 .cloned()
                 .collect();
             for uid in gone {
-                Self::release(&mut reg, &uid);
+                reg.release(&uid);
             }
         }
         found

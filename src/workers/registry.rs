@@ -129,6 +129,16 @@ pub(super) struct Registry {
     pub(super) own_end: super::own_pod::OwnEnd,
 }
 
+impl Registry {
+    /// Standby: `uid`'s pod is gone from every source and from the runtime (another agent
+    /// ended it): its worker is forgotten, and ends at once if its kill is held.
+    pub(super) fn release(&mut self, uid: &PodUid) {
+        if let Some(w) = self.workers.remove(uid) {
+            w.mailbox.release();
+        }
+    }
+}
+
 /// The kill a changed object implies, the first time it implies one.
 fn implied_kill(before: Option<&PodInfo>, pod: &PodInfo) -> Option<KillRequest> {
     let was = |f: fn(&PodInfo) -> bool| before.is_some_and(f);
@@ -288,14 +298,6 @@ impl<R: Runtime> PodWorkers<R> {
         }
         drop(reg);
         self.inner.relist_now.notify_one();
-    }
-
-    /// Standby: `uid`'s pod is gone from every source and from the runtime (another agent
-    /// ended it): its worker is forgotten, and ends at once if its kill is held.
-    pub(super) fn release(reg: &mut Registry, uid: &PodUid) {
-        if let Some(w) = reg.workers.remove(uid) {
-            w.mailbox.release();
-        }
     }
 
     /// Every pod this agent knows, desired or not.

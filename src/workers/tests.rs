@@ -347,6 +347,46 @@ pub(super) mod with_fake_runtime {
         assert!(r.rt.calls().is_empty(), "{:?}", r.rt.calls());
     }
 
+    /// A worker parked on a held kill (the agent went passive before its kill started: a
+    /// hand-back) is released once its pod is gone (the registry step housekeeping takes):
+    /// it ends without a CRI call, its timeline is dropped, and nothing lists it.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_worker_is_released_when_its_pod_is_gone_in_standby() {
+        let r = rig();
+        r.rt.add_pod("p4c", &[("app", Behaviour::IgnoreTerm)]);
+        let p = api_pod("p4c", 30);
+        desire(&r.workers, std::slice::from_ref(&p));
+        // spawned while active; the hand-back comes before its kill starts
+        r.workers.upsert(deleted(&p, 30));
+        r.authority.set_active(false);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(r.workers.view(&p.uid).unwrap().phase, PodPhase::Terminating);
+        assert_eq!(
+            r.workers.timelines().all().len(),
+            1,
+            "the held kill's timeline"
+        );
+        r.workers.remove(&p.uid, Some(1));
+        r.workers.registry().release(&p.uid);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            r.workers.snapshot().is_empty(),
+            "{:?}",
+            r.workers.snapshot()
+        );
+        assert!(r.workers.timelines().all().is_empty());
+        // the worker task ended: the tracker empties once closed
+        r.workers.inner.tracker.close();
+        tokio::time::timeout(Duration::from_secs(5), r.workers.inner.tracker.wait())
+            .await
+            .expect("the released worker ended");
+        // a takeover afterwards: nothing to do for it
+        r.authority.set_active(true);
+        r.workers.take_over();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(r.rt.calls().is_empty(), "{:?}", r.rt.calls());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn cancellation_abandons_work_and_never_kills() {
         let r = rig();

@@ -225,6 +225,21 @@ impl KubeNode {
         }
     }
 
+    /// What a failed wait for a controller's pod prints: the kubelet's errors and warnings
+    /// (and its lines about reaplet), then the controller manager's last lines.
+    pub fn controller_diagnostics(&self) -> String {
+        let cm = self
+            .cluster
+            .controller_manager
+            .as_ref()
+            .map(|p| p.tail(30))
+            .unwrap_or_default();
+        format!(
+            "kubelet:\n{}\ncontroller manager:\n{cm}",
+            self.kubelet.log_grep(&["E1", "W1", "reaplet"], 40)
+        )
+    }
+
     pub fn reaplet_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.reaplet_log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

@@ -1,6 +1,7 @@
 //! The API server's audit log as the scenarios read it: one record per request, its arrival and
 //! answer times, parsed as the log grows.
 
+use super::json_tail::JsonLinesTail;
 use super::*;
 
 /// One audit record (the fields used here; times in ns since the epoch).
@@ -66,30 +67,13 @@ impl Rec {
 /// (re-reading the whole log every 10 ms would take a core of this 2-core machine).
 #[derive(Default)]
 pub(super) struct AuditTail {
-    offset: u64,
+    tail: JsonLinesTail,
     pub(super) recs: Vec<Rec>,
 }
 
 impl AuditTail {
     pub(super) fn refresh(&mut self, path: &Path) {
-        use std::io::{Read, Seek, SeekFrom};
-        let Ok(mut f) = std::fs::File::open(path) else {
-            return;
-        };
-        let mut buf = Vec::new();
-        if f.seek(SeekFrom::Start(self.offset)).is_err() || f.read_to_end(&mut buf).is_err() {
-            return;
-        }
-        // complete lines only: the writer may be in the middle of one
-        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-            return;
-        };
-        for line in buf[..end].split(|b| *b == b'\n') {
-            if let Ok(v) = serde_json::from_slice::<Value>(line) {
-                self.recs.push(Rec::parse(&v));
-            }
-        }
-        self.offset += end as u64 + 1;
+        self.tail.read_new(path, |v| self.recs.push(Rec::parse(v)));
     }
 }
 

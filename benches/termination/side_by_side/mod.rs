@@ -25,6 +25,8 @@ pub(crate) mod k8s;
 mod port;
 
 mod audit;
+#[path = "../../common/json_tail.rs"]
+mod json_tail;
 mod outage;
 mod pods;
 mod stack;
