@@ -218,6 +218,10 @@ exit 0"#,
         "repo/testbed/kube.sh",
         r#"echo "kube.sh $*" >>"$CALLS"; echo /nonexistent/kube"#,
     );
+    sb.write_exe(
+        "repo/testbed/helm.sh",
+        r#"echo "helm.sh $*" >>"$CALLS"; echo /nonexistent/helm"#,
+    );
     sb.fake("cargo", FAKE_CARGO_FOR_TEST_SH);
     sb
 }
@@ -303,10 +307,10 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert!(s.contains("all passed"), "{s}");
     assert!(s.contains("0 of 4 test binaries failed"), "{s}");
     // every step announced itself and said how long it took
-    for n in 1..=10 {
-        assert!(r.stderr.contains(&format!("[{n}/10] ")), "step {n}:\n{r:?}");
+    for n in 1..=11 {
+        assert!(r.stderr.contains(&format!("[{n}/11] ")), "step {n}:\n{r:?}");
     }
-    assert_eq!(r.stderr.matches(": ok (").count(), 10, "{r:?}");
+    assert_eq!(r.stderr.matches(": ok (").count(), 11, "{r:?}");
     let calls = sb.calls();
     assert!(
         calls.contains("cargo install --locked cargo-deb"),
@@ -314,6 +318,7 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     );
     assert!(calls.contains("testbed.sh reaplet-image"), "{calls}");
     assert!(sb.calls().contains("kube.sh build"), "{}", sb.calls());
+    assert!(sb.calls().contains("helm.sh build"), "{}", sb.calls());
 }
 
 #[test]

@@ -63,11 +63,17 @@ async fn node_local_volumes_are_torn_down_and_a_csi_mount_holds_the_pod_until_un
     h.workers.upsert(t.deleted(30));
     h.wait_state(&p.uid, PodPhase::Terminated, Duration::from_secs(20))
         .await;
-    // the node-local volumes and the subPaths go at the first pass: only the CSI mount is left
+    // the node-local volumes and the subPaths go at the first pass: only the CSI mount is left.
+    // Each volume is unmounted and then removed, so the wait covers both (CI once read the last
+    // volume's directory between its unmount and its removal)
     let took = wait_until(
-        "node-local volumes unmounted",
+        "node-local volumes unmounted and removed",
         Duration::from_secs(5),
-        || v.still_mounted() == vec![csi_rel.clone()],
+        || {
+            v.still_mounted() == vec![csi_rel.clone()]
+                && v.local.iter().all(|d| !d.exists())
+                && !v.pod_dir.join("volume-subpaths").exists()
+        },
     )
     .await;
     println!(
