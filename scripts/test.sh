@@ -148,7 +148,7 @@ summarise() {
             t = $0; sub(/^test /, "", t); sub(/ \.\.\. FAILED.*$/, "", t)
             if (cur == "") cur = "(before any test binary)"
             bad(cur)
-            if (!((cur, t) in seen)) { seen[cur, t] = 1; names[cur] = names[cur] "\n" me ":         " t }
+            if (!((cur, t) in seen)) { seen[cur, t] = 1; tests[cur] = tests[cur] SUBSEP t; names[cur] = 1 }
             next
         }
         /^error: test failed, to rerun pass `/ {
@@ -160,6 +160,18 @@ summarise() {
             s = $0; sub(/^.*\(/, "(", s); if (cur != "") status[cur] = s; next
         }
         /^error: could not compile/ { compile = compile "\n" me ":     " $0; next }
+        # a test panic: "thread 'NAME' (TID) panicked at FILE:LINE:COL:" then the message; the
+        # first two lines of the message are kept for the summary (CI shows only the tail)
+        /^thread .* panicked at / {
+            t = $0; sub(/^thread \047/, "", t); sub(/\047.*$/, "", t)
+            at = $0; sub(/^.*panicked at /, "", at)
+            pkey = cur SUBSEP t; why[pkey] = "panicked at " at; more = 2; next
+        }
+        more > 0 {
+            if ($0 ~ /^(note: |stack backtrace:|$)/) { more = 0; next }
+            m = $0; if (length(m) > 300) m = substr(m, 1, 300) "..."
+            why[pkey] = why[pkey] "\n" me ":             " m; more--; next
+        }
         END {
             if (compile != "") printf "%s:   the tests did not build:%s\n", me, compile
             else if (nbin == 0) printf "%s:   no test binary ran (see %s)\n", me, ENVIRON["LOG"]
@@ -168,7 +180,14 @@ summarise() {
                 printf "%s:   FAILED test binary %s", me, b
                 if (b in flag) printf " (rerun: cargo test --features %s %s)", features, flag[b]
                 printf "\n"
-                if (b in names) printf "%s:       failed tests:%s\n", me, names[b]
+                if (b in names) {
+                    printf "%s:       failed tests:\n", me
+                    n = split(substr(tests[b], 2), ts, SUBSEP)
+                    for (j = 1; j <= n; j++) {
+                        printf "%s:         %s\n", me, ts[j]
+                        if ((b SUBSEP ts[j]) in why) printf "%s:           %s\n", me, why[b SUBSEP ts[j]]
+                    }
+                }
                 else printf "%s:       no test reported FAILED: the binary itself failed %s\n", me, \
                     (b in status) ? status[b] : "(crash or timeout; see the log)"
             }

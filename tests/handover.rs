@@ -20,8 +20,11 @@ use std::time::{Duration, Instant};
 const START: Duration = Duration::from_secs(60);
 /// How long reaplet may take to list the pods once started.
 const LISTED: Duration = Duration::from_secs(30);
-/// Slack on top of a grace period for the API round trips on a loaded machine.
-const SLACK: Duration = Duration::from_secs(10);
+/// Slack on top of a grace period for the API round trips on a loaded machine: the suite runs
+/// up to eight of these tests at once (eight API servers, etcds and containerds on 2 cores), and
+/// CI once saw both the trap and the grace-3 test miss 10 s there. Upper bounds only: every
+/// "never before" check is on the grace itself.
+const SLACK: Duration = Duration::from_secs(30);
 /// How long a negative check watches.
 const WINDOW: Duration = Duration::from_secs(8);
 
