@@ -228,7 +228,9 @@ impl<R: Runtime> AgentState for Live<R> {
         if let Some(stall) = self.workers.runtime_stall() {
             return Err(stall.to_string());
         }
-        if !self.workers.is_synced() {
+        // a passive standby lists no pods (nothing is watched while the kubelet holds the
+        // node): the runtime's answer is all it needs to be ready to take over
+        if !self.workers.is_synced() && self.authority.borrow().role == standby::Role::Active {
             return Err("waiting for the first complete pod list".into());
         }
         Ok(())
@@ -492,6 +494,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             feed,
             cfg.credentials_grace,
             health,
+            authority.clone(),
             cancel.clone(),
         )));
     } else {

@@ -24,6 +24,14 @@ const RENEW: Duration = Duration::from_millis(500);
 const WINDOW: Duration = Duration::from_secs(5);
 
 /// Node events with `reason`, as reaplet posted them.
+/// What reaplet asked the API server (the stand-in kubelet's requests left out).
+fn reaplet_requests(api: &ApiServer) -> Vec<common::apiserver::Recorded> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with("reaplet"))
+        .collect()
+}
+
 fn node_events(api: &ApiServer, reason: &str) -> usize {
     api.events()
         .iter()
@@ -76,7 +84,18 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     h.agent = Some(tokio::spawn(async move {
         reaplet::agent::run(cfg, cancel).await.unwrap();
     }));
-    wait_watches(&api, 0).await;
+    // standby's first look: the Lease read at start (no pod is listed or watched while passive)
+    let start = Instant::now();
+    while !reaplet_requests(&api)
+        .iter()
+        .any(|r| r.path.contains("/leases/"))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "reaplet never read the Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let client = h.tb.client();
 
     // 1. passive: a pod deleted while the kubelet lives keeps running for the whole window
@@ -91,6 +110,16 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     .await;
     assert!(api.get_pod("default", "first").is_some());
     assert_eq!(node_events(&api, "ReapletTookOver"), 0);
+    // issue 37: beside a live kubelet, standby holds no pod watch and reads no pod
+    let pod_reads: Vec<String> = reaplet_requests(&api)
+        .iter()
+        .filter(|r| r.path.contains("/pods"))
+        .map(|r| format!("{} {} {:?}", r.method, r.path, r.query))
+        .collect();
+    assert!(
+        pod_reads.is_empty(),
+        "pods asked for in standby: {pod_reads:?}"
+    );
     assert_eq!(
         vols.still_mounted(),
         mounted,

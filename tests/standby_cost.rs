@@ -156,7 +156,9 @@ async fn standby_costs_nearly_nothing_and_keeps_nothing_of_pods_the_kubelet_ends
     let cmd = n.reaplet_command_at(&kc, &metrics, &["--takeover-after", "20s"]);
     n.spawn_reaplet(cmd);
     let pid = n.reaplet.as_ref().unwrap().0.id();
-    n.wait_log("pod list from the API server", LISTED).await;
+    // passive from the start: no pod is listed or watched
+    n.wait_log("no pod watch while another agent holds the node", LISTED)
+        .await;
     n.wait_log("a kubelet held the node Lease at start", LISTED)
         .await;
     // settled: its start-up requests are behind it

@@ -33,7 +33,9 @@ async fn an_unreadable_lease_and_a_kubelet_restart_in_it_never_make_a_takeover()
     let proxy = Proxy::start(n.cluster.addr()).await;
     let kc = n.cluster.node_kubeconfig_for(NODE, &proxy.url());
     n.start_reaplet_via(&kc, &["--takeover-after", TAKEOVER_AFTER]);
-    n.wait_log("pod list from the API server", LISTED).await;
+    // passive from the start: no pod is listed or watched
+    n.wait_log("no pod watch while another agent holds the node", LISTED)
+        .await;
     n.wait_log("a kubelet held the node Lease at start", LISTED)
         .await;
     // a few Lease reads seen renewed

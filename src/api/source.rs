@@ -11,10 +11,17 @@
 //! * orphans are judged only after the first complete list ([`PodWorkers::mark_source_synced`]);
 //! * a pod of another node, or one that does not convert, is logged and skipped;
 //! * a mirror pod (`kubernetes.io/config.mirror`) is the kubelet's: never fed to the workers,
-//!   so deleting one never stops its static pod (the kubelet recreates the mirror).
+//!   so deleting one never stops its static pod (the kubelet recreates the mirror);
+//! * no watch while this agent is passive ([`Authority`]): standby beside a live kubelet holds
+//!   no watch, decodes no pod and keeps nothing of the node's pods; going passive forgets what
+//!   the source delivered ([`PodWorkers::source_paused`]); becoming active lists again (from
+//!   the watch cache), and that list ends the deleted pods still present while terminal ones
+//!   are left to the relist, which ends only those still running
+//!   ([`PodWorkers::upsert_at_takeover`]).
 
 use super::health::ApiHealth;
 use super::status_manager::StatusManager;
+use crate::authority::Authority;
 use crate::backoff::{Backoff, Failure, Policy};
 use crate::cri::Runtime;
 use crate::eviction::{PodChange, PodFeed};
@@ -105,8 +112,12 @@ pub async fn run<R: Runtime>(
     feed: Option<PodFeed>,
     credentials_grace: Duration,
     health: ApiHealth,
+    authority: Arc<Authority>,
     cancel: CancellationToken,
 ) -> SourceEnd {
+    let mut acting = authority.changes();
+    // the first list after a passive spell is a takeover's
+    let mut after_takeover = false;
     // since when every attempt has been answered 401
     let mut rejected_since: Option<Instant> = None;
     let api: kube::Api<Pod> = kube::Api::all(client);
@@ -119,6 +130,37 @@ pub async fn run<R: Runtime>(
     let mut raw: Vec<Arc<Pod>> = Vec::new();
     let mut listed_from = crate::wall_ns();
     'restart: loop {
+        if !*acting.borrow_and_update() {
+            // passive: another agent holds the node; nothing is watched, nothing kept
+            tracing::info!(
+                pods = known.len(),
+                "no pod watch while another agent holds the node"
+            );
+            for uid in &known {
+                if let Some(f) = &feed {
+                    f.send(PodChange::Gone(uid.clone()));
+                }
+            }
+            workers.source_paused(SOURCE, known.drain());
+            failing = false;
+            backoff.succeeded();
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return SourceEnd::Cancelled,
+                    r = acting.changed() => {
+                        if r.is_err() {
+                            // the authority is the agent's own: gone only as the agent ends
+                            return SourceEnd::Cancelled;
+                        }
+                        if *acting.borrow_and_update() {
+                            break;
+                        }
+                    }
+                }
+            }
+            after_takeover = true;
+            tracing::info!("pod watch starting: this agent holds the node");
+        }
         let stream = watcher(api.clone(), config.clone()).modify(|p| {
             p.managed_fields_mut().clear();
         });
@@ -128,6 +170,12 @@ pub async fn run<R: Runtime>(
         loop {
             let ev = tokio::select! {
                 _ = cancel.cancelled() => return SourceEnd::Cancelled,
+                Ok(()) = acting.changed() => {
+                    if *acting.borrow() {
+                        continue;
+                    }
+                    continue 'restart;
+                }
                 _ = sleep_until_some(list_deadline) => {
                     let f = Failure::NoAnswer;
                     let delay = backoff.failed(f, rand::random());
@@ -187,8 +235,13 @@ pub async fn run<R: Runtime>(
                         // a termination already under way when reaplet starts is a fresh one
                         // for containers never signalled, and continues to the recorded deadline
                         // for those that were (`records`): never the wall-clock deletionTimestamp
-                        workers.upsert(info);
+                        if after_takeover {
+                            workers.upsert_at_takeover(info);
+                        } else {
+                            workers.upsert(info);
+                        }
                     }
+                    after_takeover = false;
                     known = now;
                     if let Some(f) = &feed {
                         f.send(PodChange::Listed(std::mem::take(&mut raw)));
@@ -250,6 +303,9 @@ pub async fn run<R: Runtime>(
                     }
                     if !health.wait_to_retry(f, delay, &cancel).await {
                         return SourceEnd::Cancelled;
+                    }
+                    if !*acting.borrow() {
+                        continue 'restart;
                     }
                 }
             }

@@ -12,8 +12,8 @@
 //! * [`AuthoritySetting::Primary`]: reaplet is the node's only termination agent (always
 //!   active, for the life of the process); also what running without an API (static manifests
 //!   only) means. [`Mode::Primary`] means exactly these two.
-//! * [`AuthoritySetting::Standby`]: a kubelet is the primary; reaplet watches, lists and tracks
-//!   everything and kills nothing until it takes over.
+//! * [`AuthoritySetting::Standby`]: a kubelet is the primary; reaplet follows the kubelet's
+//!   signals and kills nothing until it takes over (it watches no pod meanwhile).
 //! * [`AuthoritySetting::Auto`] (the default): always [`Mode::Standby`], with the standby loop
 //!   running for the life of the process. The role at start depends on the Lease: passive when
 //!   a kubelet holds this node's Lease (it exists and its `renewTime` is within the threshold)
@@ -70,12 +70,12 @@
 //!
 //! # Nothing kept for pods another agent ends
 //!
-//! While passive, a pod that must end (deleted, terminal, completed, an orphan) gets no
-//! worker: the kubelet ends it, and reaplet keeps nothing of it beyond the pod source's own
-//! view of the object, which goes with the object ([`crate::workers`]). At a takeover,
-//! [`crate::workers::PodWorkers::take_over`] ends every deleted pod whose object is still
-//! there, and the next relist ends terminal pods and orphans that still run: what is gone costs
-//! nothing. A worker parked on a held kill (a hand-back in the middle of its termination) is
+//! While passive, reaplet holds no pod watch at all: it decodes no pod and keeps nothing of
+//! the node's pods (the API pod source waits, [`crate::api::source`]; going passive forgets
+//! what it had delivered). A pod that must end (deleted, terminal, completed, an orphan) gets
+//! no worker: the kubelet ends it. At a takeover the source lists the node's pods (from the
+//! watch cache) and every deleted pod whose object is still there is ended at once; the next
+//! relist ends terminal pods and orphans that still run: what is gone costs nothing. A worker parked on a held kill (a hand-back in the middle of its termination) is
 //! released when its pod is gone from the sources and the runtime.
 //!
 //! # Race analysis: never both agents acting on one pod

@@ -139,6 +139,15 @@ impl Registry {
     }
 }
 
+/// How a source came by the object it hands to [`PodWorkers::upsert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// A watch event, or a list taken while this agent acted.
+    Live,
+    /// The first list after a takeover ([`PodWorkers::upsert_at_takeover`]).
+    AtTakeover,
+}
+
 /// The kill a changed object implies, the first time it implies one.
 fn implied_kill(before: Option<&PodInfo>, pod: &PodInfo) -> Option<KillRequest> {
     let was = |f: fn(&PodInfo) -> bool| before.is_some_and(f);
@@ -155,6 +164,18 @@ impl<R: Runtime> PodWorkers<R> {
     /// A pod was added or changed. A deleted or terminal object is ended: the update, then the
     /// [`KillRequest`] it implies (API deletion, terminal phase).
     pub fn upsert(&self, pod: PodInfo) {
+        self.upsert_as(pod, Listing::Live)
+    }
+
+    /// [`Self::upsert`] for the first list a source takes after a takeover: a terminal pod
+    /// seen there for the first time is only known, not ended (the kubelet may have finished
+    /// it long ago: the next relist ends it if something of it still runs), while a deleted
+    /// one is ended at once, as [`Self::take_over`] does.
+    pub fn upsert_at_takeover(&self, pod: PodInfo) {
+        self.upsert_as(pod, Listing::AtTakeover)
+    }
+
+    fn upsert_as(&self, pod: PodInfo, listing: Listing) {
         let mut reg = self.registry();
         let before = reg.desired.insert(pod.uid.clone(), pod.clone());
         let kill = implied_kill(before.as_ref(), &pod);
@@ -185,11 +206,27 @@ impl<R: Runtime> PodWorkers<R> {
                     "pod to end left to the node's active agent (standby)");
                 return;
             }
+            if listing == Listing::AtTakeover && k.reason == KillReason::TerminalPhase {
+                return;
+            }
             let w = self.spawn_worker(pod.clone(), PodSource::of(&pod));
             w.mailbox.send_update(pod.clone());
             w.send_kill(k);
             reg.workers.insert(pod.uid, w);
         }
+    }
+
+    /// Source `name` stopped watching (standby handed the node back, or never had it): the pods
+    /// it delivered (`uids`) are forgotten without a kill (another agent ends them; workers
+    /// already running carry on), and orphans are not judged again until every source has
+    /// listed anew: a runtime pod the paused source no longer vouches for is no orphan.
+    pub fn source_paused(&self, name: &'static str, uids: impl IntoIterator<Item = PodUid>) {
+        let mut reg = self.registry();
+        for uid in uids {
+            reg.desired.remove(&uid);
+        }
+        reg.last_list.remove(name);
+        reg.synced_at = None;
     }
 
     /// A pod left its source: the API object is gone (`grace_override` `Some(1)`: a force

@@ -387,6 +387,56 @@ pub(super) mod with_fake_runtime {
         assert!(r.rt.calls().is_empty(), "{:?}", r.rt.calls());
     }
 
+    /// Issue 37: standby watches no pods; a source that goes passive forgets what it delivered
+    /// (no kill, no orphan judged on what it no longer vouches for), and its first list after
+    /// a takeover ends the deleted pod still present but leaves the terminal ones, finished by
+    /// the kubelet long ago or not, to the relist (which ends only one still running).
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_list_ends_the_deleted_and_leaves_the_terminal_to_the_relist() {
+        let r = rig();
+        r.rt.add_pod("p4d", &[("app", Behaviour::ExitOnTerm(Duration::ZERO))]);
+        let running = api_pod("p4d", 30);
+        let mut done_long_ago = api_pod("p4e", 30);
+        desire(&r.workers, &[running.clone(), done_long_ago.clone()]);
+        // hand-back: the source forgets what it delivered; nothing is stopped
+        r.authority.set_active(false);
+        r.workers
+            .source_paused("test", [running.uid.clone(), done_long_ago.uid.clone()]);
+        assert!(!r.workers.is_synced());
+        assert!(
+            r.workers.snapshot().is_empty(),
+            "{:?}",
+            r.workers.snapshot()
+        );
+        // the kubelet dies; meanwhile one pod was deleted and one completed, its sandbox and
+        // containers removed by the kubelet
+        done_long_ago.terminal_phase = true;
+        r.authority.set_active(true);
+        r.workers.upsert_at_takeover(deleted(&running, 30));
+        r.workers.upsert_at_takeover(done_long_ago.clone());
+        until(&r.workers, "p4d", PodPhase::Finished).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(r.rt.exit_code("p4d-app"), Some(0));
+        assert_eq!(
+            r.workers.view(&done_long_ago.uid).map(|v| v.step),
+            Some(Step::Running),
+            "a terminal pod listed at the takeover got a worker"
+        );
+        assert!(
+            !format!("{:?}", r.rt.calls()).contains("p4e"),
+            "{:?}",
+            r.rt.calls()
+        );
+        // a later list while acting is a live one again: a terminal pod first seen there ends
+        let mut fresh = api_pod("p4f", 30);
+        fresh.terminal_phase = true;
+        r.workers.upsert(fresh.clone());
+        assert_ne!(
+            r.workers.view(&fresh.uid).map(|v| v.step),
+            Some(Step::Running)
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn cancellation_abandons_work_and_never_kills() {
         let r = rig();
