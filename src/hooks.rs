@@ -41,6 +41,14 @@ pub enum HookError {
     Timeout(Duration),
 }
 
+impl HookError {
+    /// The hook was refused before the runtime took it (its socket down or restarting): it
+    /// never ran, so it is still owed. A hook that timed out or failed in the container ran.
+    pub fn never_reached_runtime(&self) -> bool {
+        matches!(self, HookError::Exec { source, .. } if !source.runtime_answered())
+    }
+}
+
 /// Runs `handler` for a container, bounded by `limit`.
 pub async fn run<R: Runtime>(
     runtime: &R,

@@ -15,10 +15,15 @@
 //!   life of reaplet or an earlier one, continues to that stop's recorded deadline with no
 //!   hook and no new floor; one whose stop was recorded but never answered (refused, or
 //!   reaplet died first) is sent SIGTERM again, bounded by that deadline, never under the
-//!   floor, each time ([`KillMemory`], durable in [`crate::records::RecordFile`]); a stop in
-//!   flight for a second counts as answered (it reached the runtime, which signals as it
-//!   takes it): SIGTERM is never skipped while no stop is known to have reached the runtime,
-//!   and only restarts within a second of sending extend a kill, by the floor;
+//!   floor, each time ([`KillMemory`], durable in [`crate::records::RecordFile`]); a stop the
+//!   runtime has held for a second counts as answered (it reached the runtime, which signals
+//!   as it takes it; time queued for one of reaplet's own call slots does not count): SIGTERM
+//!   is never skipped while no stop is known to have reached the runtime, and only restarts
+//!   within a second of sending extend a kill, by the floor;
+//! * a retry of the same termination never ends a stop before the deadline it was sent with;
+//!   only a shorter pod grace replaces it, and then with the floor;
+//! * a preStop hook refused before it reached the runtime is released: the next attempt
+//!   runs it;
 //! * a preStop hook runs at most once per container, even across restarts of reaplet or a
 //!   shorter grace restarting the kill;
 //! * sandboxes are stopped only after every container stop succeeded (the kubelet stops them
@@ -290,11 +295,11 @@ async fn kill_container<R: Runtime>(
     };
     // a retried kill counts down to its first attempt's deadline, whatever happened since; a
     // container never sent its stop is still owed a fresh termination (its hook, then
-    // SIGTERM): within what is left of that deadline, never under the 2 s floor
+    // SIGTERM): within what is left of that deadline, never under the 2 s floor. One whose
+    // stop the runtime answered continues that stop (its record decides, below)
     let cap = pod.kill_deadline.map(|d| d.remaining_secs(Instant::now()));
     let resumed = memory.stop_sent(&c.id);
     let mut g = match cap {
-        Some(cap) if resumed => pod_grace.min(cap),
         Some(cap) => pod_grace.min(cap.max(grace::MIN_CONTAINER_GRACE)),
         None => pod_grace,
     };
@@ -318,11 +323,16 @@ async fn kill_container<R: Runtime>(
                 error: r.as_ref().err().map(ToString::to_string),
             },
         );
-        if let Err(e) = r {
+        if let Err(e) = &r {
             event(
                 EventReason::FailedPreStopHook,
                 format!("PreStopHook failed for container {}: {e}", c.name),
             );
+            // refused before the runtime took it (a restarting runtime): it never ran, so
+            // the next attempt runs it; this one goes on to the stop, as after any failure
+            if e.never_reached_runtime() {
+                memory.release_prestop(&c.id).await;
+            }
         }
         g = grace::deduct(g, took);
         tracing::info!(
@@ -347,21 +357,17 @@ async fn kill_container<R: Runtime>(
         let _ = tokio::time::timeout(grace::as_duration(g), wait_all).await;
         g = grace::deduct(g, start.elapsed());
     }
-    // a stop already sent counts down to its deadline (past it: an immediate SIGKILL; the
-    // floor was granted when it was sent); a first stop gets the floor
-    let timeout = if cap.is_some() && resumed {
-        g.max(0)
-    } else {
-        grace::container_stop_timeout(g)
-    };
+    // what a first stop would be: the grace left, with the floor
+    let timeout = grace::container_stop_timeout(g);
     // a stop the runtime answered before (in an earlier life of reaplet, or a failed attempt)
-    // is continued to its recorded deadline, never restarted: wait out the part of a second,
-    // then stop with the whole seconds left, so the SIGKILL lands on the deadline. One
-    // recorded but never answered may never have reached the runtime: a SIGTERM again, bounded
-    // by its deadline, never under the floor
+    // is continued to its recorded deadline, never restarted, unless this one comes with a
+    // shorter pod grace and SIGKILLs sooner: wait out the part of a second, then stop with
+    // the whole seconds left, so the SIGKILL lands on the deadline (past it: at once; the
+    // floor was granted when it was sent). One recorded but never answered may never have
+    // reached the runtime: a SIGTERM again, bounded by its deadline, never under the floor
     let now = Stamp::now();
     let proposed = now.plus_ms(timeout.saturating_mul(1000));
-    let (timeout, kind) = match memory.stop_deadline(&c.id, &proposed).await {
+    let (timeout, kind) = match memory.stop_deadline(&c.id, &proposed, pod_grace).await {
         StopStart::Fresh => (timeout, StopKind::Fresh),
         StopStart::Continue(deadline) => {
             let t = on_deadline(&deadline, &now).await;
@@ -386,16 +392,26 @@ async fn kill_container<R: Runtime>(
         }
     };
     tracing::info!(gracePeriod = timeout, "stopping container");
-    // a stop still in flight after REACHED_AFTER reached the runtime (a runtime that is down
+    // a stop the runtime has held for REACHED_AFTER reached it (a runtime that is down
     // refuses at once), and the runtime sends SIGTERM as it takes the stop: from then on it
-    // counts as answered, so a restart continues to its deadline instead of sending another
+    // counts as answered, so a restart continues to its deadline instead of sending another.
+    // Time spent waiting for one of reaplet's own call slots does not count: the clock starts
+    // when the call leaves for the runtime
     timeline.record(Some(&c.name), Step::StopSent { timeout, kind });
-    let stop = runtime.stop_container(&c.id, timeout);
+    let (sent_tx, sent_rx) = tokio::sync::oneshot::channel();
+    let stop = runtime.stop_container_sent(&c.id, timeout, sent_tx);
     tokio::pin!(stop);
     let r = if timeout > 0 {
+        let reached = async {
+            match sent_rx.await {
+                Ok(()) => tokio::time::sleep(REACHED_AFTER).await,
+                // never sent (refused before it left): only its answer counts
+                Err(_) => std::future::pending().await,
+            }
+        };
         tokio::select! {
             r = &mut stop => r,
-            () = tokio::time::sleep(REACHED_AFTER) => {
+            () = reached => {
                 memory.stop_answered(&c.id).await;
                 stop.await
             }
@@ -505,7 +521,7 @@ mod tests {
         let memory = KillMemory::default();
         // recorded, then answered by the runtime (with an error): its SIGTERM went out
         let sent = Stamp::now().plus_ms(-3_000);
-        memory.stop_deadline("p-app", &sent).await;
+        memory.stop_deadline("p-app", &sent, 1).await;
         memory.stop_answered("p-app").await;
         kill_pod(&rt, &EventSink::log_only(), &p, 1, &memory)
             .await
@@ -549,6 +565,71 @@ mod tests {
         rt.add_pod("r", &[("app", Behaviour::IgnoreTerm)]);
         run(&rt, &pod("r", &[("app", None)], &[]), 1).await.unwrap();
         assert_eq!(rt.stops_of("r-app")[0].0, 2);
+    }
+
+    /// Memory for pod `p`'s container `app` whose record holds a stop answered by the runtime,
+    /// SIGKILLing `ms` from now, sent under the pod grace `grace` (as a reaplet that died
+    /// mid-termination left it; written as JSON so that the record's format is the one tested).
+    fn answered_stop(dir: &std::path::Path, ms: i64, grace: i64) -> KillMemory {
+        let file = crate::records::RecordFile::for_pod(dir, &PodUid::parse("p").unwrap());
+        let json = serde_json::json!({"stops": {"p-app": {
+            "deadline": Stamp::now().plus_ms(ms), "answered": true, "grace": grace,
+        }}});
+        std::fs::create_dir_all(file.path().parent().unwrap()).unwrap();
+        std::fs::write(file.path(), json.to_string()).unwrap();
+        KillMemory::durable(file)
+    }
+
+    /// Issue 38, item 4: a retry (its attempt's deadline in `kill_deadline`) of a stop the
+    /// runtime answered never ends before the stop's recorded deadline, and never sends a
+    /// bare SIGKILL where the pod's grace is not shorter. Before: the retry's cap (the first
+    /// attempt's start + grace, without the floor and the hook's whole-second rounding) was
+    /// earlier, so the record was overwritten and the stop resent: (5, t0) for a deadline
+    /// 6.5 s away, (0, t0) for one 1 s away.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_never_ends_a_sent_stop_before_its_recorded_deadline() {
+        use crate::deadline::{Deadline, DeadlineOrigin::FirstAttempt};
+        for (cap, recorded_ms, grace, least_ms) in [(5, 6_500, 7, 6_450), (-1, 1_000, 3, 950)] {
+            let dir = tempfile::tempdir().unwrap();
+            let memory = answered_stop(dir.path(), recorded_ms, grace);
+            let rt = FakeRuntime::default();
+            rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+            let mut p = pod("p", &[("app", None)], &[]);
+            p.kill_deadline = Some(Deadline::after(Instant::now(), cap, FirstAttempt));
+            let t0 = Instant::now();
+            kill_pod(&rt, &EventSink::log_only(), &p, grace, &memory)
+                .await
+                .unwrap();
+            let (timeout, at) = rt.stops_of("p-app")[0];
+            let ends = (at - t0) + Duration::from_secs(timeout as u64);
+            assert!(
+                ends >= Duration::from_millis(least_ms),
+                "recorded {recorded_ms} ms away, the retry's stop ends {ends:?} after it started: ({timeout}, +{:?})",
+                at - t0
+            );
+            assert!(
+                memory.stop_sent("p-app"),
+                "the stop is still the answered one"
+            );
+        }
+    }
+
+    /// Issue 38, item 4: a retry with a shorter grace than the recorded stop's replaces it, but
+    /// with the 2 s floor: before, the cap (the retry's deadline already past) gave timeout 0.
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_grace_in_a_retry_still_gets_the_floor() {
+        use crate::deadline::{Deadline, DeadlineOrigin::FirstAttempt};
+        let dir = tempfile::tempdir().unwrap();
+        let memory = answered_stop(dir.path(), 20_000, 30);
+        let rt = FakeRuntime::default();
+        rt.add_pod("p", &[("app", Behaviour::IgnoreTerm)]);
+        let mut p = pod("p", &[("app", None)], &[]);
+        p.kill_deadline = Some(Deadline::after(Instant::now(), -1, FirstAttempt));
+        let t0 = Instant::now();
+        kill_pod(&rt, &EventSink::log_only(), &p, 1, &memory)
+            .await
+            .unwrap();
+        assert_eq!(rt.stops_of("p-app")[0], (2, t0), "a SIGTERM with the floor");
     }
 
     #[tokio::test(start_paused = true)]

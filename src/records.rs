@@ -78,6 +78,12 @@ pub struct StopRecord {
     /// reached the runtime. (A `resent` key of older versions is ignored.)
     #[serde(default)]
     pub answered: bool,
+    /// The pod's grace period the stop was sent under: only a shorter one replaces the stop
+    /// (the kubelet's "only shorter" rule); one of the same or a longer grace continues it,
+    /// whatever its attempt's own deadline says. `None` in records of older versions: any
+    /// earlier deadline replaces it, as those versions did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<i64>,
 }
 
 /// The stops of this version, or of an older one (a wall-clock deadline in Unix ms: a stop
@@ -101,6 +107,7 @@ where
                 AnyVersion::WallMs(ms) => StopRecord {
                     deadline: Stamp::wall_only(ms),
                     answered: false,
+                    grace: None,
                 },
             };
             (id, r)
@@ -185,7 +192,8 @@ impl RecordFile {
 /// What a stop about to be sent is, given the record ([`KillMemory::stop_deadline`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopStart {
-    /// None was recorded, or this one SIGKILLs sooner: send it as proposed.
+    /// None was recorded, or this one comes with a shorter pod grace and SIGKILLs sooner: send
+    /// it as proposed.
     Fresh,
     /// The runtime answered an earlier one: continue to its deadline, no new floor.
     Continue(Stamp),
@@ -279,22 +287,35 @@ impl KillMemory {
             .await
     }
 
-    /// Records the stop of `container_id` about to be sent, SIGKILLing by `proposed`, before
-    /// it is sent; what an earlier stop of it calls for instead (see [`StopStart`]).
-    pub(crate) async fn stop_deadline(&self, container_id: &str, proposed: &Stamp) -> StopStart {
+    /// Records the stop of `container_id` about to be sent under the pod grace `pod_grace`,
+    /// SIGKILLing by `proposed`, before it is sent; what an earlier stop of it calls for
+    /// instead (see [`StopStart`]). An earlier stop is replaced only by one with a shorter
+    /// pod grace that SIGKILLs sooner: a retry of the same termination (its attempt's deadline
+    /// counted without the floor or the hook's rounding) never ends a stop before the deadline
+    /// it was sent with.
+    pub(crate) async fn stop_deadline(
+        &self,
+        container_id: &str,
+        proposed: &Stamp,
+        pod_grace: i64,
+    ) -> StopStart {
         let version = {
             let mut v = self.lock();
+            let replaces = |r: &StopRecord| {
+                r.grace.is_none_or(|g| pod_grace < g) && !r.deadline.not_after(proposed)
+            };
             match v.record.stops.get(container_id) {
-                Some(r) if r.answered && r.deadline.not_after(proposed) => {
+                Some(r) if !replaces(r) && r.answered => {
                     return StopStart::Continue(r.deadline.clone());
                 }
-                Some(r) if r.deadline.not_after(proposed) => {
+                Some(r) if !replaces(r) => {
                     return StopStart::Unanswered(r.deadline.clone());
                 }
                 _ => {
                     let r = StopRecord {
                         deadline: proposed.clone(),
                         answered: false,
+                        grace: Some(pod_grace),
                     };
                     v.record.stops.insert(container_id.to_owned(), r);
                     v.version += 1;
@@ -308,15 +329,23 @@ impl KillMemory {
 
     /// The unanswered stop of `container_id` is sent again, SIGKILLing by `deadline`.
     pub(crate) async fn stop_resent(&self, container_id: &str, deadline: &Stamp) {
-        let resent = StopRecord {
-            deadline: deadline.clone(),
-            answered: false,
-        };
         self.change(|r| {
+            let grace = r.stops.get(container_id).and_then(|s| s.grace);
+            let resent = StopRecord {
+                deadline: deadline.clone(),
+                answered: false,
+                grace,
+            };
             r.stops.insert(container_id.to_owned(), resent);
             true
         })
         .await;
+    }
+
+    /// The preStop hook of `container_id` never reached the runtime (refused before the
+    /// exec was taken): the claim goes, so the next attempt runs it.
+    pub(crate) async fn release_prestop(&self, container_id: &str) {
+        self.change(|r| r.prestop.remove(container_id)).await;
     }
 
     /// The runtime answered the stop of `container_id` (with an error: a stopped container
@@ -381,6 +410,7 @@ mod tests {
             StopRecord {
                 deadline: Stamp::now(),
                 answered: true,
+                grace: Some(30),
             },
         );
         f.save(&r).unwrap();
@@ -398,6 +428,7 @@ mod tests {
             StopRecord {
                 deadline: Stamp::wall_only(1_700_000_000_000),
                 answered: false,
+                grace: None,
             }
         );
         assert!(!f.tmp_path().exists());

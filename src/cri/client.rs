@@ -75,6 +75,23 @@ impl CriClient {
         F: FnOnce(RuntimeServiceClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_telling(op, id, timeout, None, f).await
+    }
+
+    /// [`Self::call`], telling `sent` (if any) when the call has its slot and leaves for the
+    /// runtime.
+    async fn call_telling<T, F, Fut>(
+        &self,
+        op: &'static str,
+        id: &str,
+        timeout: Duration,
+        sent: Option<tokio::sync::oneshot::Sender<()>>,
+        f: F,
+    ) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         // named as the kubelet's gRPC client spans are, in a trace
         let span = tracing::debug_span!(
             "cri",
@@ -87,6 +104,9 @@ impl CriClient {
             // the deadline covers the wait for a slot too; the semaphore is never closed
             let call = async {
                 let _permit = self.inflight.acquire().await;
+                if let Some(sent) = sent {
+                    let _ = sent.send(());
+                }
                 let left = timeout.saturating_sub(started.elapsed());
                 f(self.client.clone(), left).await
             };
@@ -115,6 +135,31 @@ impl CriClient {
             m.runtime_call(op, started.elapsed(), ok);
         }
         r
+    }
+
+    /// `StopContainer`, its deadline the request timeout plus the stop's own.
+    async fn stop(
+        &self,
+        id: &str,
+        timeout_secs: i64,
+        sent: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<(), CriError> {
+        let cid = id.to_owned();
+        let deadline = self
+            .request_timeout
+            .saturating_add(Duration::from_secs(timeout_secs.max(0) as u64));
+        self.call_telling("StopContainer", id, deadline, sent, |mut c, t| async move {
+            c.stop_container(req(
+                pb::StopContainerRequest {
+                    container_id: cid,
+                    timeout: timeout_secs,
+                },
+                t,
+            ))
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     /// The runtime's cgroup driver (`RuntimeConfig`, CRI ≥ v1.28). `Ok(None)` when the runtime
@@ -314,22 +359,16 @@ impl Runtime for CriClient {
     }
 
     async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
-        let cid = id.to_owned();
-        let deadline = self
-            .request_timeout
-            .saturating_add(Duration::from_secs(timeout_secs.max(0) as u64));
-        self.call("StopContainer", id, deadline, |mut c, t| async move {
-            c.stop_container(req(
-                pb::StopContainerRequest {
-                    container_id: cid,
-                    timeout: timeout_secs,
-                },
-                t,
-            ))
-            .await
-        })
-        .await
-        .map(|_| ())
+        self.stop(id, timeout_secs, None).await
+    }
+
+    async fn stop_container_sent(
+        &self,
+        id: &str,
+        timeout_secs: i64,
+        sent: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), CriError> {
+        self.stop(id, timeout_secs, Some(sent)).await
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {

@@ -53,6 +53,11 @@ struct State {
     /// The list calls answer `Unavailable` until then (a restarting containerd).
     lists_fail_until: Option<Instant>,
     stops_fail_until: Option<Instant>,
+    /// ExecSync is refused (`Unavailable`, never reaching the runtime) until then.
+    execs_fail_until: Option<Instant>,
+    /// StopContainer waits in the caller's own queue (for a call slot, never reaching the
+    /// runtime) until then.
+    stops_queued_until: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -150,6 +155,79 @@ impl FakeRuntime {
     /// refused, the request never reaches the runtime and no signal is sent (not a call).
     pub fn fail_stops_until(&self, until: Instant) {
         self.lock().stops_fail_until = Some(until);
+    }
+
+    /// ExecSync answers `Unavailable` (refused: it never reached the runtime) until `until`;
+    /// a refused exec is not a call.
+    pub fn fail_execs_until(&self, until: Instant) {
+        self.lock().execs_fail_until = Some(until);
+    }
+
+    /// StopContainer waits until `until` before it reaches the runtime, as a call queued for
+    /// one of the client's call slots does (not a call until then).
+    pub fn queue_stops_until(&self, until: Instant) {
+        self.lock().stops_queued_until = Some(until);
+    }
+
+    /// A stop queued for a call slot ([`Self::queue_stops_until`]) waits until its time.
+    async fn wait_stop_queue(&self) {
+        let queued = self.lock().stops_queued_until;
+        if let Some(t) = queued {
+            tokio::time::sleep_until(t).await;
+        }
+    }
+
+    /// `StopContainer` as the runtime takes it.
+    async fn stop_body(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
+        let behaviour = {
+            let mut s = self.lock();
+            if s.stops_fail_until.is_some_and(|t| Instant::now() < t) {
+                return Err(CriError::Unavailable {
+                    op: "StopContainer",
+                    id: id.into(),
+                    message: "connection refused".into(),
+                });
+            }
+            s.calls.push(Call::StopContainer {
+                id: id.into(),
+                timeout: timeout_secs,
+                at: Instant::now(),
+            });
+            let (c, b, _) =
+                s.containers
+                    .iter()
+                    .find(|(c, _, _)| c.id == id)
+                    .ok_or(CriError::NotFound {
+                        op: "StopContainer",
+                        id: id.into(),
+                    })?;
+            if c.state == ContainerRunState::Exited {
+                return Ok(());
+            }
+            let b = *b;
+            if b == Behaviour::PanicOnce {
+                if let Some(entry) = s.containers.iter_mut().find(|(c, _, _)| c.id == id) {
+                    entry.1 = Behaviour::IgnoreTerm;
+                }
+                drop(s);
+                panic!("fake runtime: injected panic in StopContainer {id}");
+            }
+            b
+        };
+        let timeout = Duration::from_secs(timeout_secs.max(0) as u64);
+        match behaviour {
+            Behaviour::ExitOnTerm(d) if d <= timeout => {
+                tokio::time::sleep(d).await;
+                self.exit(id, 0);
+            }
+            Behaviour::ExitOnTerm(_) | Behaviour::IgnoreTerm => {
+                tokio::time::sleep(timeout).await;
+                self.exit(id, 137);
+            }
+            Behaviour::Hang => std::future::pending::<()>().await,
+            Behaviour::Liar | Behaviour::PanicOnce => {}
+        }
+        Ok(())
     }
 
     async fn wait_lists(&self, op: &'static str) -> Result<(), CriError> {
@@ -279,55 +357,19 @@ impl Runtime for FakeRuntime {
     }
 
     async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
-        let behaviour = {
-            let mut s = self.lock();
-            if s.stops_fail_until.is_some_and(|t| Instant::now() < t) {
-                return Err(CriError::Unavailable {
-                    op: "StopContainer",
-                    id: id.into(),
-                    message: "connection refused".into(),
-                });
-            }
-            s.calls.push(Call::StopContainer {
-                id: id.into(),
-                timeout: timeout_secs,
-                at: Instant::now(),
-            });
-            let (c, b, _) =
-                s.containers
-                    .iter()
-                    .find(|(c, _, _)| c.id == id)
-                    .ok_or(CriError::NotFound {
-                        op: "StopContainer",
-                        id: id.into(),
-                    })?;
-            if c.state == ContainerRunState::Exited {
-                return Ok(());
-            }
-            let b = *b;
-            if b == Behaviour::PanicOnce {
-                if let Some(entry) = s.containers.iter_mut().find(|(c, _, _)| c.id == id) {
-                    entry.1 = Behaviour::IgnoreTerm;
-                }
-                drop(s);
-                panic!("fake runtime: injected panic in StopContainer {id}");
-            }
-            b
-        };
-        let timeout = Duration::from_secs(timeout_secs.max(0) as u64);
-        match behaviour {
-            Behaviour::ExitOnTerm(d) if d <= timeout => {
-                tokio::time::sleep(d).await;
-                self.exit(id, 0);
-            }
-            Behaviour::ExitOnTerm(_) | Behaviour::IgnoreTerm => {
-                tokio::time::sleep(timeout).await;
-                self.exit(id, 137);
-            }
-            Behaviour::Hang => std::future::pending::<()>().await,
-            Behaviour::Liar | Behaviour::PanicOnce => {}
-        }
-        Ok(())
+        self.wait_stop_queue().await;
+        self.stop_body(id, timeout_secs).await
+    }
+
+    async fn stop_container_sent(
+        &self,
+        id: &str,
+        timeout_secs: i64,
+        sent: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), CriError> {
+        self.wait_stop_queue().await;
+        let _ = sent.send(());
+        self.stop_body(id, timeout_secs).await
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
@@ -372,10 +414,20 @@ impl Runtime for FakeRuntime {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<ExecResult, CriError> {
-        self.lock().calls.push(Call::ExecSync {
-            id: id.into(),
-            at: Instant::now(),
-        });
+        {
+            let mut s = self.lock();
+            if s.execs_fail_until.is_some_and(|t| Instant::now() < t) {
+                return Err(CriError::Unavailable {
+                    op: "ExecSync",
+                    id: id.into(),
+                    message: "connection refused".into(),
+                });
+            }
+            s.calls.push(Call::ExecSync {
+                id: id.into(),
+                at: Instant::now(),
+            });
+        }
         if cmd.first().map(String::as_str) == Some("sleep") {
             let secs: u64 = cmd.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
             let d = Duration::from_secs(secs);

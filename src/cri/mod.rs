@@ -284,6 +284,20 @@ pub trait Runtime: Send + Sync + 'static {
         id: &str,
         timeout_secs: i64,
     ) -> impl Future<Output = Result<(), CriError>> + Send;
+    /// `StopContainer` as [`Runtime::stop_container`], telling `sent` when the call leaves
+    /// reaplet for the runtime (after any wait for one of the client's own call slots): what
+    /// the call's time in flight may be counted from.
+    fn stop_container_sent(
+        &self,
+        id: &str,
+        timeout_secs: i64,
+        sent: tokio::sync::oneshot::Sender<()>,
+    ) -> impl Future<Output = Result<(), CriError>> + Send {
+        async move {
+            let _ = sent.send(());
+            self.stop_container(id, timeout_secs).await
+        }
+    }
     fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
     fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
     /// `ExecSync(id, cmd, timeout)`, bounded by `timeout` on both sides.

@@ -133,6 +133,7 @@ async fn a_forward_wall_clock_step_never_shortens_a_resumed_stop() {
     let stop = crate::records::StopRecord {
         deadline: stepped,
         answered: true,
+        grace: Some(30),
     };
     recorded(&r, "p4", stop);
     r.workers.upsert(resumed(&p, 30, 20));
@@ -154,6 +155,7 @@ async fn a_resumed_deadline_survives_later_updates_of_the_object() {
     let stop = crate::records::StopRecord {
         deadline: crate::deadline::Stamp::now().plus_ms(-60_000),
         answered: true,
+        grace: Some(30),
     };
     recorded(&r, "p9", stop);
     r.workers.upsert(resumed(&p, 30, -60));
@@ -177,6 +179,7 @@ async fn a_resent_stop_never_answered_is_still_a_sigterm_past_its_deadline() {
     let stop = crate::records::StopRecord {
         deadline: crate::deadline::Stamp::now().plus_ms(-1_000),
         answered: false,
+        grace: Some(5),
     };
     recorded(&r, "p10", stop);
     r.workers.upsert(resumed(&p, 5, -1));
@@ -215,4 +218,64 @@ async fn a_stop_in_flight_for_a_second_is_recorded_as_answered() {
     assert_eq!(answered(), Some(false), "recorded before it is sent");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(answered(), Some(true), "in flight for a second: answered");
+}
+
+/// Issue 38, item 3: the runtime restarts between the kill's list and the hook's exec
+/// (ExecSync and StopContainer refused for 5 s). The hook never reached the runtime, so a later
+/// attempt runs it, then SIGTERM; before, the hook was claimed for good on the first attempt
+/// and the retry went straight to SIGTERM (no ExecSync at all).
+#[tokio::test(start_paused = true)]
+async fn a_prestop_hook_that_never_reached_the_runtime_runs_on_the_next_attempt() {
+    let p = hooked("p13", 3);
+    let r = running(&p);
+    let t0 = Instant::now();
+    r.rt.fail_execs_until(t0 + Duration::from_secs(5));
+    r.rt.fail_stops_until(t0 + Duration::from_secs(5));
+    r.workers.upsert(deleted(&p, 3));
+    until(&r.workers, "p13", PodPhase::Finished).await;
+    let calls = r.rt.calls();
+    let hooks = hooks(&calls);
+    assert_eq!(hooks.len(), 1, "the hook runs once: {calls:?}");
+    assert!(hooks[0] >= t0 + Duration::from_secs(5), "{calls:?}");
+    let stops = r.rt.stops_of("p13-app");
+    assert!(
+        stops[0].0 >= crate::grace::MIN_CONTAINER_GRACE,
+        "a SIGTERM, never a bare SIGKILL: {stops:?}"
+    );
+    assert!(
+        stops[0].1 >= hooks[0] + Duration::from_secs(1),
+        "SIGTERM after the hook: {calls:?}"
+    );
+    assert_eq!(r.rt.exit_code("p13-app"), Some(137));
+}
+
+/// Issue 38, item 4: a StopContainer waiting for one of reaplet's own call slots has not
+/// reached the runtime, however long it waits: only the time the runtime holds the call makes
+/// it answered (before: answered 1 s after the call began, queued or not, so a restart then
+/// continued it to its deadline: a bare SIGKILL for a container never sent SIGTERM).
+#[tokio::test(start_paused = true)]
+async fn a_stop_queued_for_a_call_slot_is_not_answered() {
+    let p = api_pod("p12", 30);
+    let r = running(&p);
+    let t0 = Instant::now();
+    r.rt.queue_stops_until(t0 + Duration::from_secs(3));
+    r.workers.upsert(deleted(&p, 30));
+    let record = crate::records::RecordFile::for_pod(
+        &r.workers.inner.config.root_dir,
+        &PodUid::parse("p12").unwrap(),
+    );
+    let answered = || record.load().stops.get("p12-app").map(|s| s.answered);
+    while answered().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(1), "no stop recorded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep_until(t0 + Duration::from_millis(2500)).await;
+    assert_eq!(answered(), Some(false), "queued, never reached the runtime");
+    tokio::time::sleep_until(t0 + Duration::from_millis(4500)).await;
+    assert_eq!(
+        answered(),
+        Some(true),
+        "held by the runtime for over a second"
+    );
+    assert_eq!(r.rt.stops_of("p12-app")[0].1, t0 + Duration::from_secs(3));
 }
