@@ -14,7 +14,10 @@
 //! * a failure without an HTTP answer (refused, reset, timed out) does not grow the delay:
 //!   the server is down or unreachable, not overloaded, and the agent-wide health
 //!   ([`crate::api::health`]) paces those retries at about one a second;
-//! * any success resets the sequence to `min`.
+//! * a request's success resets the sequence to `min` ([`Backoff::succeeded`]); a list and
+//!   watch loop resets it only after [`STABLE_RESET`] without a failure
+//!   ([`Backoff::resetting_after`], client-go's reflector: a list that works followed by a
+//!   watch that fails at once is a failure that repeats, not a recovery).
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::Duration;
@@ -24,6 +27,10 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The retry delay after a failure without an answer, before jitter (see the module doc).
 pub const NO_ANSWER: Duration = Duration::from_secs(1);
+
+/// How long a list and watch loop must run without a failure before its backoff starts from
+/// `min` again (client-go's reflector: `backoffReset`, two minutes).
+pub const STABLE_RESET: Duration = Duration::from_secs(120);
 
 /// A backoff's shape: the first delay and the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +99,10 @@ pub enum Failure {
 pub struct Backoff {
     policy: Policy,
     failures: u32,
+    /// Failures this far apart start from `min` again (none: only [`Self::succeeded`] resets).
+    reset_after: Option<Duration>,
+    /// When the last failure came (monotonic).
+    last_failure: Option<tokio::time::Instant>,
 }
 
 impl Backoff {
@@ -99,6 +110,20 @@ impl Backoff {
         Self {
             policy,
             failures: 0,
+            reset_after: None,
+            last_failure: None,
+        }
+    }
+
+    /// A backoff for a list and watch loop: it starts from `min` again only when a failure
+    /// comes more than `stable` after the one before (see [`STABLE_RESET`]); its caller never
+    /// calls [`Self::succeeded`] for an event.
+    pub const fn resetting_after(policy: Policy, stable: Duration) -> Self {
+        Self {
+            policy,
+            failures: 0,
+            reset_after: Some(stable),
+            last_failure: None,
         }
     }
 
@@ -110,6 +135,13 @@ impl Backoff {
     /// An attempt failed: how long to wait before the next. `jitter` in `[0, 1)`.
     pub fn failed(&mut self, failure: Failure, jitter: f64) -> Duration {
         let jitter = jitter.clamp(0.0, 1.0);
+        let now = tokio::time::Instant::now();
+        if let (Some(stable), Some(last)) = (self.reset_after, self.last_failure)
+            && now.duration_since(last) > stable
+        {
+            self.failures = 0;
+        }
+        self.last_failure = Some(now);
         match failure {
             Failure::NoAnswer => NO_ANSWER.mul_f64(0.75 + 0.5 * jitter),
             Failure::Answered { retry_after } => {
@@ -123,6 +155,7 @@ impl Backoff {
     /// An attempt succeeded: the next failure starts from `min` again.
     pub fn succeeded(&mut self) {
         self.failures = 0;
+        self.last_failure = None;
     }
 }
 
@@ -156,6 +189,30 @@ mod tests {
         }
         b.succeeded();
         assert_eq!(b.failed(answered, 1.0), Duration::from_millis(800));
+    }
+
+    /// Issue 38, item 5: a list and watch loop's backoff, like the reflector's, keeps growing
+    /// through failures less than two minutes apart and starts over only after two quiet
+    /// minutes.
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_backoff_resets_only_after_two_quiet_minutes() {
+        let mut b = Backoff::resetting_after(Policy::API, STABLE_RESET);
+        let answered = Failure::Answered { retry_after: None };
+        let mut last = Duration::ZERO;
+        for _ in 0..10 {
+            last = b.failed(answered, 1.0);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        assert_eq!(last, Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_secs(114)).await; // 119 s after the last failure
+        assert_eq!(b.failed(answered, 1.0), Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_secs(121)).await;
+        assert_eq!(b.failed(answered, 1.0), Duration::from_millis(800));
+        // no-answer failures count as failures for the quiet period too
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        b.failed(Failure::NoAnswer, 0.5);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(b.failed(answered, 1.0), Duration::from_millis(1600));
     }
 
     #[test]

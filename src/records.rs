@@ -14,8 +14,9 @@
 //!   containers too: there is then nothing left to continue, and a lost or empty record only
 //!   ever grants more time (next point). Two fsyncs per StopContainer bought nothing but
 //!   latency in a bulk deletion;
-//! * written off the async runtime (a blocking thread), one write at a time per pod, each
-//!   carrying every change made before it started ([`crate::kill::KillMemory`]);
+//! * read, written and removed off the async runtime (a blocking thread), one write at a time
+//!   per pod, each carrying every change made before it started, and none after the removal
+//!   ([`crate::kill::KillMemory`]);
 //! * a record says which containers' preStop hooks were started and, for each container, the
 //!   deadline of its StopContainer ([`Stamp`]: `CLOCK_BOOTTIME` with the boot ID, so a step
 //!   of the wall clock never shortens it) and whether the runtime answered it. A stop is
@@ -26,9 +27,9 @@
 //!   have reached the runtime, so it is sent again as a SIGTERM bounded by its deadline but
 //!   never under the 2 s floor, as often as it goes unanswered (a resend that counted down
 //!   to a passed deadline sent a bare SIGKILL to a container that may never have had its
-//!   SIGTERM); a stop in flight for a second is marked answered ([`crate::kill`]), so only
-//!   restarts within a second of a send extend a kill, by the floor each; a container with
-//!   no record was never signalled and gets a fresh termination;
+//!   SIGTERM); a stop the runtime has held for a second is marked answered ([`crate::kill`]),
+//!   so only restarts within a second of a send extend a kill, by the floor each; a
+//!   container with no record was never signalled and gets a fresh termination;
 //! * a record of an older version (a wall-clock deadline per container) reads as stops never
 //!   answered;
 //! * a missing or unreadable record is an empty one (logged once): it can only make reaplet
@@ -221,6 +222,8 @@ struct Versioned {
     record: TerminationRecord,
     version: u64,
     written: u64,
+    /// The pod is finished and its record removed: nothing is written any more.
+    forgotten: bool,
 }
 
 impl KillMemory {
@@ -229,6 +232,22 @@ impl KillMemory {
         Self {
             record: Mutex::new(Versioned {
                 record: file.load(),
+                ..Versioned::default()
+            }),
+            file: Some(file),
+            writer: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// [`Self::durable`], the record read on a blocking thread (never on the async runtime).
+    pub async fn load(file: RecordFile) -> Self {
+        let reader = file.clone();
+        let record = tokio::task::spawn_blocking(move || reader.load())
+            .await
+            .unwrap_or_default();
+        Self {
+            record: Mutex::new(Versioned {
+                record,
                 ..Versioned::default()
             }),
             file: Some(file),
@@ -266,8 +285,8 @@ impl KillMemory {
         let _one_at_a_time = self.writer.lock().await;
         let (snapshot, newest) = {
             let v = self.lock();
-            if v.written >= version {
-                return; // a write that started after this change carried it
+            if v.written >= version || v.forgotten {
+                return; // a write that started after this change carried it, or the pod is done
             }
             (v.record.clone(), v.version)
         };
@@ -386,10 +405,16 @@ impl KillMemory {
             .is_some_and(|r| r.answered)
     }
 
-    /// The pod is finished: its record goes.
-    pub fn forget(&self) {
-        if let Some(f) = &self.file {
-            f.remove();
+    /// The pod is finished: its record goes, on a blocking thread, after any write under way
+    /// (which would otherwise bring it back) and before any later one (none is made).
+    pub async fn forget(&self) {
+        let Some(file) = self.file.clone() else {
+            return;
+        };
+        let _one_at_a_time = self.writer.lock().await;
+        self.lock().forgotten = true;
+        if let Err(e) = tokio::task::spawn_blocking(move || file.remove()).await {
+            tracing::warn!(err = %e, "termination record remover failed");
         }
     }
 }
@@ -441,6 +466,60 @@ mod tests {
 
     /// Issue 28, item 6: a record leaves nothing that was not there. The pod directory its
     /// first write made goes with it; one that holds anything else (the kubelet's) stays.
+    /// Issue 38, item 7: a worker's record is read on a blocking thread. The record here is a
+    /// FIFO, so a read blocks until a writer comes, and the writer comes only when the async
+    /// runtime (one thread) runs again. Before (`KillMemory::durable` on the runtime): the
+    /// runtime blocked in the read, the writer's go never came, and it wrote after its 5 s.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_record_is_read_off_the_async_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RecordFile::for_pod(dir.path(), &PodUid::parse("u1").unwrap());
+        std::fs::create_dir_all(f.path().parent().unwrap()).unwrap();
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            f.path(),
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        let (go, went) = std::sync::mpsc::channel::<()>();
+        let path = f.path().to_owned();
+        let writer = std::thread::spawn(move || {
+            let came = went.recv_timeout(std::time::Duration::from_secs(5)).is_ok();
+            std::fs::write(&path, br#"{"prestop":["c1"]}"#).unwrap();
+            came
+        });
+        let load = tokio::spawn(KillMemory::load(f.clone()));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let _ = go.send(());
+        let memory = load.await.unwrap();
+        assert!(
+            writer.join().unwrap(),
+            "the async runtime was blocked reading the record"
+        );
+        assert!(!memory.claim_prestop("c1").await, "read what was written");
+    }
+
+    /// Issue 38, item 7: the removal waits for a write under way and no write comes after it
+    /// (before, `forget` took no turn: a write still on its blocking thread could bring the
+    /// record back after the removal).
+    #[tokio::test]
+    async fn a_forgotten_record_is_never_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = RecordFile::for_pod(dir.path(), &PodUid::parse("u1").unwrap());
+        let memory = std::sync::Arc::new(KillMemory::load(f.clone()).await);
+        let m = memory.clone();
+        let writes = tokio::spawn(async move {
+            for i in 0..50 {
+                m.stop_deadline(&format!("c{i}"), &Stamp::now(), 30).await;
+            }
+        });
+        tokio::task::yield_now().await;
+        memory.forget().await;
+        writes.await.unwrap();
+        assert!(!f.path().exists(), "a write after the removal");
+        assert!(!f.path().parent().unwrap().exists());
+    }
+
     #[test]
     fn a_removed_record_leaves_no_directory_of_its_own() {
         let dir = tempfile::tempdir().unwrap();

@@ -127,9 +127,35 @@ pub fn watch_failure(e: &kube::runtime::watcher::Error) -> Failure {
     }
 }
 
+/// Whether reaplet's own credentials failed before the request went out: an exec plugin
+/// that fails, a token that cannot be refreshed. At run time kube's auth layer reports these
+/// inside a `Service` error; they are a rejection of the credentials (as a 401 is), never a
+/// server that does not answer.
+pub fn auth_failed(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Auth(_) => true,
+        kube::Error::Service(b) => {
+            let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(b.as_ref());
+            while let Some(err) = cur {
+                if err.is::<kube::client::AuthError>() {
+                    return true;
+                }
+                cur = err.source();
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
 /// Whether the server answered a failed request (an error code, a body reaplet could not
 /// read) or not (refused, reset, timed out, TLS or transport broken), and what it asked for.
+/// A failure of reaplet's own credentials ([`auth_failed`]) counts as answered: retrying
+/// when the server is reachable would wait for ever.
 pub fn failure_of(e: &kube::Error) -> Failure {
+    if auth_failed(e) {
+        return Failure::Answered { retry_after: None };
+    }
     match e {
         kube::Error::Api(s) => Failure::Answered {
             retry_after: status_retry_after(s),
@@ -312,6 +338,27 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 38, item 5: a credential plugin that fails (kube reports it inside a `Service`
+    /// error at run time, `Auth` when the client is built) is a refusal of the credentials, not
+    /// a server that does not answer (before: `NoAnswer`, so the server was marked unreachable
+    /// and every request waited for a prober that failed the same way, for ever).
+    #[test]
+    fn a_failing_credential_plugin_is_a_refusal_not_an_outage() {
+        let plugin = || kube::client::AuthError::ExecPluginFailed;
+        for e in [
+            kube::Error::Service(Box::new(plugin())),
+            kube::Error::Auth(plugin()),
+        ] {
+            assert!(auth_failed(&e), "{e}");
+            assert_eq!(failure_of(&e), Failure::Answered { retry_after: None });
+        }
+        let refused = kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(!auth_failed(&refused));
+        assert_eq!(failure_of(&refused), Failure::NoAnswer);
+    }
 
     /// Issue 28, item 9: only the Node authorizer's own cause, to a node identity, is a pod
     /// that is gone (the message of apiserver facts 3.2); RBAC's answer to a service account,

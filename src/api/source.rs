@@ -22,7 +22,7 @@
 use super::health::ApiHealth;
 use super::status_manager::StatusManager;
 use crate::authority::Authority;
-use crate::backoff::{Backoff, Failure, Policy};
+use crate::backoff::{Backoff, Failure, Policy, STABLE_RESET};
 use crate::cri::Runtime;
 use crate::eviction::{PodChange, PodFeed};
 use crate::grace;
@@ -91,6 +91,17 @@ pub enum SourceEnd {
 }
 
 /// The HTTP status of a failed list or watch, if the server answered.
+/// Whether the server, or reaplet's own credential plugin, refused the credentials: a 401, or
+/// an exec plugin or token refresh that failed ([`super::auth_failed`]).
+fn credentials_refused(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => super::auth_failed(k) || watch_code(e) == Some(401),
+        _ => watch_code(e) == Some(401),
+    }
+}
+
 fn watch_code(e: &watcher::Error) -> Option<u16> {
     match e {
         watcher::Error::InitialListFailed(e)
@@ -122,8 +133,10 @@ pub async fn run<R: Runtime>(
     let mut rejected_since: Option<Instant> = None;
     let api: kube::Api<Pod> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut backoff = Backoff::new(Policy::API);
-    // the last attempt failed: the next good event resets the backoff
+    // reset only after two quiet minutes (client-go's reflector), never by an event: a list
+    // that works and a watch that fails at once is one failure repeating
+    let mut backoff = Backoff::resetting_after(Policy::API, STABLE_RESET);
+    // the last attempt failed: the next good event is logged as the recovery
     let mut failing = false;
     let mut known: HashSet<PodUid> = HashSet::new();
     let mut batch: Vec<(PodInfo, bool)> = Vec::new();
@@ -198,8 +211,6 @@ pub async fn run<R: Runtime>(
             {
                 health.answered();
                 if std::mem::take(&mut failing) {
-                    // listing or watching again: the next failure starts from the bottom
-                    backoff.succeeded();
                     tracing::info!("pod list and watch working again");
                 }
             }
@@ -284,7 +295,7 @@ pub async fn run<R: Runtime>(
                 Err(e) => {
                     list_deadline = None;
                     let now = Instant::now();
-                    if watch_code(&e) == Some(401) {
+                    if credentials_refused(&e) {
                         let since = *rejected_since.get_or_insert(now);
                         if now.duration_since(since) >= credentials_grace {
                             tracing::error!(err = %e, refusedFor = ?now.duration_since(since), "the API server no longer accepts reaplet's credentials; stopping so that a restart reads them again");

@@ -19,7 +19,7 @@ use super::affinity::{self, NodeFacts, Settling};
 use super::taints::{Action, PodFacts, TaintAt, TaintManager};
 use super::{EvictionConfig, PendingEviction, PodChange};
 use crate::authority::Authority;
-use crate::backoff::{Backoff, Failure, Policy};
+use crate::backoff::{Backoff, Failure, Policy, STABLE_RESET};
 use crate::cri::Runtime;
 use crate::events::{EventReason, EventSink, PodEvent};
 use crate::lifecycle::{EvictionSource, KillReason};
@@ -181,7 +181,8 @@ pub async fn run<R: Runtime>(
     let wc = watcher::Config::default().fields(&format!("metadata.name={}", cx.node));
     // paced here, by the agent's one backoff and its view of the server, not by kube-runtime
     let stream = watcher(nodes, wc);
-    let mut watch_backoff = Backoff::new(Policy::API);
+    // reset only after two quiet minutes, never by an event (client-go's reflector)
+    let mut watch_backoff = Backoff::resetting_after(Policy::API, STABLE_RESET);
     let mut pause: Option<WatchPause> = None;
     let mut stream = std::pin::pin!(stream);
     let mut r = Runner {
@@ -215,18 +216,14 @@ pub async fn run<R: Runtime>(
             ev = stream.next(), if pause.is_none() => match ev {
                 Some(Ok(watcher::Event::Init)) => listed_node = false,
                 Some(Ok(watcher::Event::InitDone)) => {
-                    if std::mem::take(&mut watch_failing) {
-                        watch_backoff.succeeded();
-                    }
+                    watch_failing = false;
                     r.cx.health.answered();
                     if !listed_node {
                         r.node_gone();
                     }
                 }
                 Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
-                    if std::mem::take(&mut watch_failing) {
-                        watch_backoff.succeeded();
-                    }
+                    watch_failing = false;
                     r.cx.health.answered();
                     listed_node = true;
                     r.node_changed(&n);

@@ -36,7 +36,7 @@
 //! renewal, as before.
 
 use crate::api::health::ApiHealth;
-use crate::backoff::{Backoff, Failure, Policy};
+use crate::backoff::{Backoff, Failure, Policy, STABLE_RESET};
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{GetParams, ListParams, WatchEvent, WatchParams};
@@ -216,7 +216,8 @@ pub async fn follow(
     tx: watch::Sender<Watched>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Backoff::new(Policy::API);
+    // reset only after two quiet minutes, never by an event (client-go's reflector)
+    let mut backoff = Backoff::resetting_after(Policy::API, STABLE_RESET);
     let mut failing = false;
     loop {
         let lp = ListParams::default().fields(&leases.selector()).match_any();
@@ -260,12 +261,22 @@ pub async fn follow(
             match end {
                 WatchEnd::Again => {
                     if std::mem::take(&mut failing) {
-                        backoff.succeeded();
                         tracing::info!("node Lease watch working again");
                     }
                     continue;
                 }
-                WatchEnd::Relist => break,
+                WatchEnd::Relist => {
+                    // 410: the version is gone; relist after the backoff, as the reflector
+                    // does, so that a watch expiring at once never makes a list loop
+                    let f = Failure::Answered { retry_after: None };
+                    if !health
+                        .wait_to_retry(f, backoff.failed(f, rand::random()), &cancel)
+                        .await
+                    {
+                        return;
+                    }
+                    break;
+                }
                 WatchEnd::Cancelled => return,
                 WatchEnd::Forbidden => {
                     tx.send_replace(Watched::Forbidden);

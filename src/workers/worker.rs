@@ -100,7 +100,7 @@ pub(super) async fn worker_loop<R: Runtime>(
     pod: PodInfo,
 ) {
     let record = RecordFile::for_pod(&inner.config.root_dir, &pod.uid);
-    let memory = Arc::new(KillMemory::durable(record));
+    let memory = Arc::new(KillMemory::load(record).await);
     let mut w = Worker {
         metrics: inner.metrics.get().cloned(),
         m: PodMachine::new(pod.spec_grace),
@@ -170,6 +170,8 @@ pub(super) async fn worker_loop<R: Runtime>(
         }
         w.publish();
         if w.finished {
+            // before the mailbox closes: a new worker for the UID never reads a record half gone
+            w.memory.forget().await;
             mailbox.close();
             tracing::info!("pod worker finished");
             return;
@@ -366,7 +368,7 @@ impl<R: Runtime> Worker<R> {
                     }
                 }
                 Effect::Finished => {
-                    self.memory.forget();
+                    // the record goes as the loop ends (`worker_loop`: off the async runtime)
                     self.inner.timelines.finish(&self.pod.uid);
                     // the trace stays open for the status manager's delete, if it has one
                     if self.inner.status.get().is_none() {

@@ -318,6 +318,18 @@ pub fn error_answer(code: u16, retry_after: Option<u64>) -> Reply {
     respond_with(code, &body, &headers)
 }
 
+/// A watch's `200` with one `ERROR` event, `410 Expired`, and its end (the watch cache's
+/// answer to a resourceVersion it no longer holds).
+fn watch_expired() -> Reply {
+    let status = status_body(410, "Expired", "too old resource version: 1 (2)", json!({}));
+    let event = json!({"type": "ERROR", "object": status});
+    hyper::Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(format!("{event}\n"))).boxed())
+        .expect("valid response")
+}
+
 /// Before the handler: the first live rule matching `req` acts.
 pub async fn before(state: &State, req: &Req) -> Verdict {
     let (rule, until, mut gate, stats) = {
@@ -332,6 +344,7 @@ pub async fn before(state: &State, req: &Req) -> Verdict {
     }
     match rule.action {
         Action::Answer { code, retry_after } => Verdict::Answer(error_answer(code, retry_after)),
+        Action::WatchExpired => Verdict::Answer(watch_expired()),
         Action::Pass | Action::SlowBody { .. } => Verdict::Pass,
         Action::Reset => Verdict::Reset,
         Action::Stall => {

@@ -90,6 +90,9 @@ pub enum Action {
     Stall,
     /// The connection closed with no answer.
     Reset,
+    /// A watch answered 200 with one `ERROR` event, `410 Expired` ("too old resource
+    /// version", what the real server's watch cache sends), then ended: a client relists.
+    WatchExpired,
     /// The handler's answer, its body at `bytes_per_sec` (if any) after `first_byte`.
     SlowBody {
         bytes_per_sec: Option<u64>,
@@ -124,6 +127,9 @@ impl FaultRule {
             code,
             retry_after: None,
         })
+    }
+    pub fn watch_expired() -> FaultRule {
+        FaultRule::new(Action::WatchExpired)
     }
     pub fn stall() -> FaultRule {
         FaultRule::new(Action::Stall)
