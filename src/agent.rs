@@ -319,6 +319,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         cfg.authority,
         cfg.kube.is_some(),
         standby::LeaseAtStart::Unknown,
+        false,
     );
     authority.set_active(first.role == standby::Role::Active);
     let (authority_tx, authority_rx) = tokio::sync::watch::channel(first);
@@ -439,6 +440,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                 takeover_after: cfg.takeover_after,
                 poll: cfg.standby_poll,
                 probe_timeout: cfg.standby_poll.min(Duration::from_secs(1)),
+                marker: Some(standby::marker::path_in(&cfg.pipeline.root_dir)),
             };
             // decided before the pod source starts (at most START_TIMEOUT): a primary start
             // never holds a kill for want of a decision

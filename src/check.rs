@@ -400,6 +400,8 @@ async fn authority_check(settings: &Settings, node: &str, client: Option<kube::C
         setting: settings.authority,
         healthz_url: settings.kubelet_healthz_url.clone(),
         takeover_after: settings.takeover_after,
+        // read, never written here: what `run` would resume as
+        marker: Some(standby::marker::path_in(&settings.root_dir)),
         ..StandbyConfig::new(node)
     };
     let d = standby::start(

@@ -155,7 +155,7 @@ impl Stamp {
 }
 
 /// This boot's ID, read once; empty if it cannot be read (stamps then compare wall clocks).
-fn boot_id() -> &'static str {
+pub(crate) fn boot_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

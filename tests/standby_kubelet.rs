@@ -9,7 +9,8 @@
 mod common;
 
 use common::k8s::proxy::Proxy;
-use common::kube_node::{KubeNode, NODE};
+use common::kube_node::{KubeNode, NODE, container_id, pod};
+use reaplet::testbed::IGNORES_TERM;
 use std::time::{Duration, Instant};
 
 /// How long reaplet may take to list the pods once started, on a loaded 2-core machine.
@@ -87,4 +88,82 @@ async fn an_unreadable_lease_and_a_kubelet_restart_in_it_never_make_a_takeover()
         "handed back {:?} after the kubelet was started",
         started.elapsed()
     );
+}
+
+/// reaplet's default threshold (the node lifecycle controller's grace period).
+const DEFAULT_THRESHOLD: Duration = Duration::from_secs(40);
+
+/// Issue 38, item 2: with the kubelet dead, reaplet (auto, the default 40 s threshold) has
+/// taken over; a TERM-ignoring pod with grace 30 is deleted, and 5 s later reaplet is
+/// restarted (SIGKILL, as a crash or the watchdog would; then started again). The restart
+/// resumes as the node's agent (the Lease is still stale, the endpoint still refused, and it
+/// was active in this boot), so the container is SIGKILLed at its grace, 30 s after the
+/// delete. Before: the restart started passive, counting its start as a renewal, and the kill
+/// waited for a takeover 40 s after the restart: SIGKILL at about 45 s. Then the converse:
+/// reaplet is killed again while active, the kubelet comes back and renews, and a restart now
+/// starts passive and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_acting_resumes_at_once_and_never_beside_a_live_kubelet() {
+    let mut n = KubeNode::start("sb-restart").await;
+    n.create(&pod("stubborn", 30, IGNORES_TERM)).await;
+    let running = n.wait_running("stubborn", Duration::from_secs(60)).await;
+    let id = container_id(&running);
+    n.kubelet.stop();
+    n.start_reaplet(&[]);
+    n.wait_log("ReapletTookOver", DEFAULT_THRESHOLD + RENEWAL + LISTED)
+        .await;
+    let marker = n.kubelet.root_dir.join("reaplet-active.json");
+    assert!(marker.exists(), "no marker while active");
+    let t0 = reaplet::wall_ns();
+    n.delete("stubborn", None).await;
+    n.wait_log("stopping container", SLACK).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // a crash: no goodbye
+    drop(n.reaplet.take());
+    n.start_reaplet(&[]);
+    let st = n
+        .wait_exited(&id, Duration::from_secs(30) + DEFAULT_THRESHOLD)
+        .await;
+    let took = common::secs(st.finished_at - t0);
+    println!("SIGKILL {took:.2} s after the delete (grace 30, reaplet restarted 5 s in)");
+    common::assert_stopped(&st, t0, 137, 28.0..37.0);
+    n.wait_log("resumed as the node's agent", SLACK).await;
+    // the converse: killed again while active; the kubelet comes back and renews
+    drop(n.reaplet.take());
+    assert!(marker.exists(), "the marker outlives a crash");
+    n.kubelet.restart().await;
+    tokio::time::sleep(RENEWAL).await;
+    let writes_before = n.reaplet_writes().len();
+    let restarted = std::fs::metadata(&n.reaplet_log).map_or(0, |m| m.len());
+    n.start_reaplet(&[]);
+    let since_restart = || {
+        let log = std::fs::read_to_string(&n.reaplet_log).unwrap_or_default();
+        log.get(restarted as usize..).unwrap_or_default().to_owned()
+    };
+    let t1 = Instant::now();
+    while !since_restart().contains("no pod watch while another agent holds the node") {
+        assert!(
+            t1.elapsed() < LISTED,
+            "no start decision:\n{}",
+            since_restart()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // the whole window after the restart
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let after = since_restart();
+    assert!(
+        after.contains("a kubelet held the node Lease at start"),
+        "not passive at the restart beside a live kubelet:\n{after}"
+    );
+    assert!(
+        !after.contains("ReapletTookOver") && !after.contains("resumed as the node's agent"),
+        "acted beside a live kubelet:\n{after}"
+    );
+    assert_eq!(
+        n.reaplet_writes().len(),
+        writes_before,
+        "wrote beside a live kubelet"
+    );
+    assert!(!marker.exists(), "the passive start removes the marker");
 }

@@ -19,7 +19,9 @@
 //!   a kubelet holds this node's Lease (it exists and its `renewTime` is within the threshold)
 //!   or when the Lease cannot be read, or is stale (a node reboot: reaplet may read it before
 //!   the kubelet's first renewal; the start counts as a renewal, so a kubelet that never comes
-//!   back is taken over one threshold later, by the rule below); active at once when the Lease
+//!   back is taken over one threshold later, by the rule below), except after a restart of an
+//!   active reaplet in the same boot ([`marker`]) with the Lease still stale and the endpoint
+//!   failing: active at once, as before the restart; active at once when the Lease
 //!   is missing (no kubelet registered). The latter is "active since start" and ends like any
 //!   takeover: at the first Lease renewal seen (a kubelet registered), after which only the
 //!   standby rule below makes it active again. A Lease never read (no permission, the API down
@@ -121,6 +123,7 @@ use tokio::time::Instant;
 
 mod healthz;
 pub mod lease;
+pub mod marker;
 mod run;
 
 pub use healthz::{probe, probe_endpoint};
@@ -246,6 +249,9 @@ pub enum Reason {
     LeaseHeldAtStart,
     /// Auto: the Lease could not be read at start (standby, not yet evaluated).
     LeaseUnknownAtStart,
+    /// Standby, active at start: reaplet was the acting agent before it restarted (in this
+    /// boot), the Lease is still stale and the endpoint fails (active until a renewal is seen).
+    ActiveBeforeRestart,
     /// Standby: the Lease is renewed and the endpoint answers.
     KubeletAlive,
     /// Standby, a warning: the Lease is stale but the endpoint answers.
@@ -280,6 +286,10 @@ impl Reason {
             Self::ConfiguredStandby => "configured standby",
             Self::LeaseHeldAtStart => "a kubelet held the node Lease at start",
             Self::LeaseUnknownAtStart => "the node Lease could not be read at start",
+            Self::ActiveBeforeRestart => {
+                "resumed as the node's agent: active before the restart, the node Lease still \
+                 stale and the kubelet's healthz failing (active until the Lease is renewed)"
+            }
             Self::KubeletAlive => "standby: the kubelet renews its Lease and answers healthz",
             Self::LeaseStale => {
                 "standby: the node Lease is stale but the kubelet answers healthz (warning)"
@@ -329,7 +339,17 @@ pub struct Decision {
 /// The mode at start (pure): Auto is always standby (the loop runs); its role is passive when a
 /// kubelet holds the Lease, it cannot be read or it is stale (a reboot), active when it is
 /// missing (until a renewal is seen). Primary only for `--authority=primary` or without an API.
-pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart) -> Decision {
+///
+/// `resumed`: reaplet was the acting agent before this start, in this boot ([`marker`]), and
+/// the kubelet's health endpoint fails now. With a stale Lease that makes a restart resume as
+/// the node's agent at once (auto or standby), instead of holding every kill under way for
+/// another threshold; with any other Lease it counts for nothing.
+pub fn start_mode(
+    setting: AuthoritySetting,
+    has_api: bool,
+    lease: LeaseAtStart,
+    resumed: bool,
+) -> Decision {
     let primary = |reason| Decision {
         mode: Mode::Primary,
         role: Role::Active,
@@ -350,6 +370,9 @@ pub fn start_mode(setting: AuthoritySetting, has_api: bool, lease: LeaseAtStart)
     }
     match (setting, lease) {
         (AuthoritySetting::Primary, _) => primary(Reason::ConfiguredPrimary),
+        (AuthoritySetting::Standby | AuthoritySetting::Auto, LeaseAtStart::Stale) if resumed => {
+            standby_active(Reason::ActiveBeforeRestart)
+        }
         (AuthoritySetting::Standby, _) => standby(Reason::ConfiguredStandby),
         (AuthoritySetting::Auto, LeaseAtStart::Fresh) => standby(Reason::LeaseHeldAtStart),
         (AuthoritySetting::Auto, LeaseAtStart::Unknown) => standby(Reason::LeaseUnknownAtStart),
@@ -455,6 +478,8 @@ pub struct StandbyConfig {
     pub poll: Duration,
     /// How long one healthz probe may take.
     pub probe_timeout: Duration,
+    /// Where the role is remembered across restarts ([`marker`]; `None`: nowhere).
+    pub marker: Option<std::path::PathBuf>,
 }
 
 impl StandbyConfig {
@@ -466,6 +491,7 @@ impl StandbyConfig {
             takeover_after: DEFAULT_TAKEOVER_AFTER,
             poll: Duration::from_secs(2),
             probe_timeout: Duration::from_secs(1),
+            marker: None,
         }
     }
 }

@@ -46,7 +46,7 @@ pub async fn start(
     authority: &Authority,
 ) -> Decision {
     let lease = match client {
-        Some(c) if cfg.setting == AuthoritySetting::Auto => {
+        Some(c) if cfg.setting != AuthoritySetting::Primary => {
             let leases = LeaseApi::new(c.clone(), &cfg.node_name);
             match tokio::time::timeout(START_TIMEOUT, leases.read_latest()).await {
                 Ok(Ok(l)) => lease_at_start(l.as_ref(), cfg.takeover_after),
@@ -62,7 +62,15 @@ pub async fn start(
         }
         _ => LeaseAtStart::Unknown,
     };
-    let d = start_mode(cfg.setting, client.is_some(), lease);
+    // an active reaplet restarted in this boot, the kubelet still not answering: resume
+    let resumed = match (&cfg.marker, lease) {
+        (Some(path), LeaseAtStart::Stale) => {
+            marker::active_this_boot(path).await
+                && probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await != Health::Ok
+        }
+        _ => false,
+    };
+    let d = start_mode(cfg.setting, client.is_some(), lease, resumed);
     authority.set_active(d.role == Role::Active);
     tracing::info!(
         setting = cfg.setting.as_str(),
@@ -133,6 +141,9 @@ pub async fn run(
     // active at start (auto, Lease missing): active since the start, until a renewal is seen
     // after it (`renewed > start`: the start itself never counts)
     let mut active_since = (first.role == Role::Active).then_some(start);
+    if let Some(path) = &cfg.marker {
+        marker::record(path, first.role == Role::Active).await;
+    }
     let mut last = first;
     let mut read_due = start;
     let mut backoff = crate::backoff::Backoff::new(crate::backoff::Policy {
@@ -225,6 +236,9 @@ pub async fn run(
         if d != last {
             let age = renewals.renewed().elapsed();
             authority.set_active(d.role == Role::Active);
+            if let (Some(path), true) = (&cfg.marker, d.role != last.role) {
+                marker::record(path, d.role == Role::Active).await;
+            }
             let msg = format!(
                 "{} (no Lease renewal seen for {:.0?}, Lease last read {}, healthz {}{})",
                 d.reason.as_str(),

@@ -32,7 +32,7 @@ fn seen(now: Instant, renewed: Instant, health: Health) -> Signals {
 #[test]
 fn auto_is_always_standby_passive_when_a_kubelet_holds_the_lease_active_otherwise() {
     use AuthoritySetting::*;
-    let s = |setting, api, lease| start_mode(setting, api, lease);
+    let s = |setting, api, lease| start_mode(setting, api, lease, false);
     assert_eq!(s(Auto, true, LeaseAtStart::Fresh).mode, Mode::Standby);
     assert_eq!(s(Auto, true, LeaseAtStart::Fresh).role, Role::Passive);
     assert_eq!(
@@ -156,7 +156,7 @@ async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaple
 async fn a_reboot_starts_passive_and_takes_over_only_by_the_rule() {
     // start: the Lease is stale (the kubelet has not renewed since before the reboot): passive,
     // the start counting as the last renewal (what `run` does)
-    let first = start_mode(AuthoritySetting::Auto, true, LeaseAtStart::Stale);
+    let first = start_mode(AuthoritySetting::Auto, true, LeaseAtStart::Stale, false);
     assert_eq!(
         (first.mode, first.role, first.reason),
         (Mode::Standby, Role::Passive, Reason::StaleLeaseAtStart)
@@ -361,4 +361,31 @@ async fn a_takeover_needs_failed_probes_in_a_row() {
     };
     let d = decide(Mode::Standby, T, now, s, None);
     assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
+}
+
+/// Issue 38, item 2: a restart of an active reaplet (this boot's marker) with the Lease still
+/// stale and the endpoint failing resumes as the node's agent at once, in auto or standby
+/// (before: passive, its start counted as a renewal: every kill under way held one more
+/// threshold). The marker counts for nothing beside any other Lease, nor in primary mode.
+#[test]
+fn a_restart_of_the_acting_agent_resumes_only_on_a_stale_lease() {
+    use AuthoritySetting::*;
+    for setting in [Auto, Standby] {
+        let d = start_mode(setting, true, LeaseAtStart::Stale, true);
+        assert_eq!(
+            (d.mode, d.role, d.reason),
+            (Mode::Standby, Role::Active, Reason::ActiveBeforeRestart)
+        );
+        for lease in [LeaseAtStart::Fresh, LeaseAtStart::Unknown] {
+            assert_eq!(start_mode(setting, true, lease, true).role, Role::Passive);
+        }
+        assert_eq!(
+            start_mode(setting, true, LeaseAtStart::Stale, false).role,
+            Role::Passive
+        );
+    }
+    assert_eq!(
+        start_mode(Standby, true, LeaseAtStart::Missing, true).role,
+        Role::Passive
+    );
 }
