@@ -281,6 +281,9 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     // the agent's own token: the caller's stop, or the agent giving up (credentials refused)
     let cancel = stop.child_token();
     let mut source_end: Option<tokio::task::JoinHandle<api::source::SourceEnd>> = None;
+    // what standby's own requests say of the credentials (the pod source, idle while
+    // passive, judges its own)
+    let mut standby_health: Option<api::health::ApiHealth> = None;
     let listener =
         match cfg.metrics_bind_address {
             Some(address) => Some(tokio::net::TcpListener::bind(address).await.map_err(
@@ -412,6 +415,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
+        standby_health = Some(health.clone());
         tracker.spawn(api::health::probe(
             health.clone(),
             client.clone(),
@@ -577,6 +581,10 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                 None => std::future::pending().await,
             }
         } => outcome = Err(AgentError::CredentialsRejected(d)),
+        d = credentials_refused_for(standby_health.clone(), cfg.credentials_grace) => {
+            tracing::error!(refusedFor = ?d, "the API server no longer accepts reaplet's credentials; stopping so that a restart reads them again");
+            outcome = Err(AgentError::CredentialsRejected(d));
+        }
     }
     cancel.cancel();
     tracing::info!("stopping: pods are left running; the next start resumes");
@@ -656,5 +664,22 @@ pub async fn detect_cgroup_driver(
             CgroupDriver::Cgroupfs,
             "from the host (systemd is not init)",
         )
+    }
+}
+
+/// Resolves once every request reported to `health` has been refused its credentials for
+/// `grace` (checked every second, locally: no request of its own); never without an API.
+async fn credentials_refused_for(
+    health: Option<api::health::ApiHealth>,
+    grace: Duration,
+) -> Duration {
+    let Some(health) = health else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(d) = health.refused_for().filter(|d| *d >= grace) {
+            return d;
+        }
     }
 }

@@ -14,6 +14,7 @@ mod common;
 use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, Recorded};
+use reaplet::standby::AuthoritySetting;
 use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
 use std::time::{Duration, Instant};
 
@@ -238,17 +239,28 @@ async fn requests_hung_for_one_pod_hold_back_no_other_and_time_out() {
 }
 
 /// Credentials the server no longer accepts (a kubelet client certificate rotated on disk, the
-/// one reaplet loaded at start expired): every list and watch answered 401. reaplet gives up
-/// after the grace (here 3 s; 5 min by default) with `CredentialsRejected` (the binary exits
-/// 75 and systemd restarts it, reading the credentials again) instead of retrying for ever.
+/// one reaplet loaded at start expired): every request answered 401. reaplet gives up after
+/// the grace (here 3 s; 5 min by default) with `CredentialsRejected` (the binary exits 75 and
+/// systemd restarts it, reading the credentials again) instead of retrying for ever: in
+/// primary mode through its pod list and watch, in standby (passive: the Lease cannot be read)
+/// through its Lease requests, its only ones (a passive reaplet watches no pod: before that
+/// was noticed here, a standby with refused credentials retried its Lease for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_refused_past_the_grace_stop_the_agent_for_a_restart() {
+    for authority in [AuthoritySetting::Primary, AuthoritySetting::Auto] {
+        println!("--authority={}", authority.as_str());
+        refused_credentials_stop(authority).await;
+    }
+}
+
+async fn refused_credentials_stop(authority: AuthoritySetting) {
     use common::apiserver::authorization::User;
     let h = ApiHarness::new("sick-401").await;
     h.api
         .inject(FaultRule::answer(401).matching(Match::any().user(&User::Node(NODE.into()))));
     let kc = h.api.write_kubeconfig(h.root.path(), NODE);
     let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = authority;
     let grace = Duration::from_secs(3);
     cfg.credentials_grace = grace;
     let t0 = Instant::now();

@@ -42,6 +42,9 @@ pub enum Reach {
 #[derive(Debug, Clone)]
 pub struct ApiHealth {
     state: Arc<watch::Sender<Reach>>,
+    /// Since when every request reported through [`Self::credentials`] was refused (401, or a
+    /// credential plugin that failed); `None` once one was accepted.
+    refused_since: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl Default for ApiHealth {
@@ -55,7 +58,29 @@ impl ApiHealth {
     pub fn new() -> Self {
         Self {
             state: Arc::new(watch::Sender::new(Reach::Reachable)),
+            refused_since: Arc::default(),
         }
+    }
+
+    /// Reports whether the server (or reaplet's own credential plugin) refused a request's
+    /// credentials: for the callers that are all an idle standby sends (its Lease list and
+    /// reads), so that credentials rotated away end the agent for a restart as the pod
+    /// source's 401s do (see [`Self::refused_for`]).
+    pub fn credentials(&self, refused: bool) {
+        let mut since = self.refused_since.lock().unwrap_or_else(|e| e.into_inner());
+        match refused {
+            true => {
+                since.get_or_insert_with(tokio::time::Instant::now);
+            }
+            false => *since = None,
+        }
+    }
+
+    /// How long every reported request has been refused its credentials (`None`: the last
+    /// one was accepted, or none was reported).
+    pub fn refused_for(&self) -> Option<Duration> {
+        let since = *self.refused_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.map(|t| t.elapsed())
     }
 
     pub fn is_reachable(&self) -> bool {

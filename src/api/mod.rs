@@ -64,6 +64,11 @@ impl RequestError {
         }
     }
 
+    /// The credentials were refused: a 401, or reaplet's credential plugin failed.
+    pub fn credentials_refused(&self) -> bool {
+        self.code() == Some(401) || self.api().is_some_and(auth_failed)
+    }
+
     /// The API error, if the server answered.
     pub fn api(&self) -> Option<&kube::Error> {
         match self {

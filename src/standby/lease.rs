@@ -228,6 +228,7 @@ pub async fn follow(
         let (mut version, look) = match listed {
             Ok(list) => {
                 health.answered();
+                health.credentials(false);
                 let v = list.metadata.resource_version.clone().unwrap_or_default();
                 (v, Look::of(list.items.first()))
             }
@@ -238,6 +239,7 @@ pub async fn follow(
             }
             Err(e) => {
                 let f = e.failure();
+                health.credentials(e.credentials_refused());
                 if !std::mem::replace(&mut failing, true) {
                     tracing::warn!(err = %e, "node Lease list failed; retrying");
                 }

@@ -195,6 +195,7 @@ pub async fn run(
             match leases.read_cached().await {
                 Ok(l) => {
                     api_health.answered();
+                    api_health.credentials(false);
                     backoff.succeeded();
                     lease_failing = false;
                     renewals.observe(Instant::now(), &Look::of(l.as_ref()));
@@ -203,6 +204,7 @@ pub async fn run(
                 Err(e) => {
                     let first_failure = !std::mem::replace(&mut lease_failing, true);
                     let f = e.failure();
+                    api_health.credentials(e.credentials_refused());
                     api_health.failed(f);
                     let wait = backoff.failed(f, rand::random());
                     read_due = match f {
