@@ -11,9 +11,11 @@
 //!   lock step);
 //! * a failure the server answered never waits less than its `Retry-After` (capped at
 //!   [`MAX_RETRY_AFTER`]: a wrong one must not blind reaplet for hours);
-//! * a failure without an HTTP answer (refused, reset, timed out) does not grow the delay:
-//!   the server is down or unreachable, not overloaded, and the agent-wide health
+//! * a failure without a connection (refused, reset, not connected in time) does not grow the
+//!   delay: the server is down or unreachable, not overloaded, and the agent-wide health
 //!   ([`crate::api::health`]) paces those retries at about one a second;
+//! * a request sent on a connection and not answered in time ([`Failure::Slow`]) grows the
+//!   delay as an answered failure does: slow is overloaded, not down;
 //! * a request's success resets the sequence to `min` ([`Backoff::succeeded`]); a list and
 //!   watch loop resets it only after [`STABLE_RESET`] without a failure
 //!   ([`Backoff::resetting_after`], client-go's reflector: a list that works followed by a
@@ -88,10 +90,14 @@ impl Policy {
 /// What a failed attempt tells the backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// No HTTP answer: refused, reset, timed out, TLS broken.
+    /// No connection: refused, reset, TLS broken, or not connected within the connect timeout.
     NoAnswer,
     /// The server answered with an error code, maybe asking for a delay.
     Answered { retry_after: Option<Duration> },
+    /// Connected (the TLS handshake answered), but no answer within the request's timeout: an
+    /// overloaded or queueing server (priority and fairness), not a gone one. Paced like an
+    /// answered failure, by the caller alone.
+    Slow,
 }
 
 /// Consecutive failures of one caller and the delays they earn (see the module doc).
@@ -144,6 +150,10 @@ impl Backoff {
         self.last_failure = Some(now);
         match failure {
             Failure::NoAnswer => NO_ANSWER.mul_f64(0.75 + 0.5 * jitter),
+            Failure::Slow => {
+                self.failures = self.failures.saturating_add(1);
+                self.policy.jittered(self.failures, jitter)
+            }
             Failure::Answered { retry_after } => {
                 self.failures = self.failures.saturating_add(1);
                 let delay = self.policy.jittered(self.failures, jitter);
@@ -213,6 +223,16 @@ mod tests {
         b.failed(Failure::NoAnswer, 0.5);
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert_eq!(b.failed(answered, 1.0), Duration::from_millis(1600));
+    }
+
+    /// Issue 38, item 1: a slow answer backs off like an answered failure, not at the
+    /// no-answer second.
+    #[test]
+    fn a_slow_failure_grows_like_an_answered_one() {
+        let mut b = Backoff::new(Policy::API);
+        assert_eq!(b.failed(Failure::Slow, 1.0), Duration::from_millis(800));
+        assert_eq!(b.failed(Failure::Slow, 1.0), Duration::from_millis(1600));
+        assert_eq!(b.failures(), 2);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! delete come after it, in that order); a pod force-deleted and recreated under its name
 //! during an outage (the new pod is never touched); a pod deleted for good during an outage
 //! (stopped as an orphan after it); a minute of connections closed unanswered (connection
-//! attempts counted at the proxy); systemd's READY=1 only once the API answers.
+//! attempts counted at the proxy); systemd's READY=1 only once the API answers; a slow server
+//! (requests held, then answers 7 s late) is not an outage.
 //!
 //! Issue 27's outage behaviour is checked here too: about one connection attempt a second
 //! across the whole agent during an outage, the first request within a second of its end, a
@@ -333,6 +334,49 @@ fn attempt_bound(window: Duration) -> u64 {
 /// period (its target is under a second: [`PROBE_PERIOD`]'s upper end) and 1 s of slack.
 fn prompt() -> Duration {
     PROBE_PERIOD.1 + Duration::from_secs(1)
+}
+
+/// Issue 38 item 1, a brownout: slow is not down. Every HTTP request reaplet sends is held at
+/// the proxy for 31 s, its connections working (its status PATCH for a deleted pod outlives the
+/// 30 s request timeout), then every answer of the server reaches it 7 s late for 60 s (an
+/// overloaded server, or one queueing requests under priority and fairness). The retried
+/// status and the DELETE must arrive within that window: a new connection's handshake, the
+/// PATCH and the DELETE, each one latency late, and the slack. Before the fix the timed-out
+/// PATCH marked the server unreachable and only `GET /version` with a 5 s timeout could undo
+/// it, which 7 s of latency never allowed: the pod stayed until the brownout ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_gets_the_status_and_delete_during_the_brownout() {
+    const HOLD: Duration = Duration::from_secs(31);
+    const LATENCY: Duration = Duration::from_secs(7);
+    const WINDOW: Duration = Duration::from_secs(60);
+    let (n, pods, proxy) =
+        taken_over_via_proxy("slow-api", &[pod("sluggish", 5, TRAPS_TERM)]).await;
+    let id = container_id(&pods[0]);
+    let held = Instant::now();
+    proxy.hold();
+    n.delete("sluggish", None).await;
+    // the kill needs no API: the container stops while the status write is held
+    let st = n.wait_exited(&id, Duration::from_secs(5) + SLACK).await;
+    assert_eq!(st.exit_code, 0, "{st:?}");
+    tokio::time::sleep_until((held + HOLD).into()).await;
+    proxy.set_latency(LATENCY);
+    proxy.release();
+    let released = Instant::now();
+    // the retried PATCH on a new connection (its handshake one latency late, its answer
+    // another), then the DELETE (one more)
+    let took = n.wait_gone("sluggish", released, LATENCY * 3 + SLACK).await;
+    println!("sluggish: gone {took:.2?} into {LATENCY:?} of latency, after {HOLD:?} held");
+    assert_status_then_delete(&n, "sluggish", &uid(&pods[0]), "Succeeded", 0);
+    // connected and answered late is not an outage: nothing waited for the prober
+    let log = std::fs::read_to_string(&n.reaplet_log).unwrap_or_default();
+    assert!(
+        !log.contains("API server unreachable"),
+        "a slow server was taken for an unreachable one:\n{}",
+        n.reaplet_tail(40)
+    );
+    tokio::time::sleep_until((released + WINDOW).into()).await;
+    proxy.set_latency(Duration::ZERO);
+    n.wait_nothing_left(&uid(&pods[0]), SLACK).await;
 }
 
 /// A minute of connections accepted and closed unanswered: about one connection attempt a

@@ -4,14 +4,23 @@
 //! manager, the node status loop, the Lease controller, the event broadcaster) retries alone,
 //! which is how it makes about 200 connection attempts in a 30 s outage and is back 0.07 s
 //! after it. reaplet keeps the quick return without the hammering: every API caller reports
-//! into one [`ApiHealth`]; a failure without an HTTP answer (refused, reset, timed out) marks
-//! the server unreachable, and from then on only the [`probe`] task tries it, about once a
-//! second (jittered), while every other caller waits on [`ApiHealth::reachable`]. The first
-//! answer, the prober's or anyone's, marks it reachable and wakes every waiter at once.
+//! into one [`ApiHealth`]; a failure without a connection (refused, reset, TLS broken, not
+//! connected within [`super::CONNECT_TIMEOUT`]) marks the server unreachable, and from then on
+//! only the [`probe`] task tries it, about once a second (jittered), while every other caller
+//! waits on [`ApiHealth::reachable`]. The first answer, the prober's or anyone's, marks it
+//! reachable and wakes every waiter at once.
+//!
+//! Slow is not down: a request sent on a connection and not answered within its timeout
+//! ([`Failure::Slow`]: a server queueing requests under priority and fairness, or overloaded)
+//! changes nothing here. Marking the server unreachable then would hold every status write,
+//! delete, event and Lease read of the agent behind the prober for the whole brownout.
 //!
 //! Invariants:
 //! * any HTTP answer, an error code included, is reachability: 429 and 5xx are paced by each
 //!   caller's own [`crate::backoff::Backoff`] (exponential, `Retry-After`), never here;
+//! * a slow answer is neither: its caller's backoff paces it, and the state stays as it was;
+//! * a probe connected but not answered within [`PROBE_TIMEOUT`] is a slow answer: reachable
+//!   (the probe's timeout is longer than the connect timeout, so a connection was made);
 //! * while unreachable the agent's attempts are the prober's (one per [`PROBE_PERIOD`] range)
 //!   plus at most one per caller that was already in flight or woke on a stale answer;
 //! * waiting here never holds a lock: the state is a `tokio::sync::watch` value.
@@ -28,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 pub const PROBE_PERIOD: (Duration, Duration) =
     (Duration::from_millis(750), Duration::from_millis(950));
 
-/// How long one probe may take (a server that accepts connections and never answers).
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one probe may take: longer than [`super::CONNECT_TIMEOUT`], so that a probe
+/// timing out was connected and is a slow answer, not none.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Whether the API server answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +122,12 @@ impl ApiHealth {
     }
 
     /// Reports a request's failure: [`Failure::NoAnswer`] marks the server unreachable, an
-    /// answered one reachable.
+    /// answered one reachable, a slow one changes nothing.
     pub fn failed(&self, f: Failure) {
         match f {
             Failure::NoAnswer => self.no_answer(),
             Failure::Answered { .. } => self.answered(),
+            Failure::Slow => {}
         }
     }
 
@@ -153,20 +164,24 @@ impl ApiHealth {
             _ = async {
                 match failure {
                     Failure::NoAnswer => self.reachable().await,
-                    Failure::Answered { .. } => tokio::time::sleep(delay).await,
+                    Failure::Answered { .. } | Failure::Slow => tokio::time::sleep(delay).await,
                 }
             } => true,
         }
     }
 }
 
-/// One probe: any HTTP answer to `GET /version` (every authenticated identity may read it)
-/// means reachable.
+/// One probe: any HTTP answer to `GET /version` (every authenticated identity may read it),
+/// or a connection that answers slowly, means reachable.
 async fn probe_once(client: &kube::Client) -> bool {
-    match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
-        Ok(Ok(_)) => true,
-        Ok(Err(e)) => !matches!(super::failure_of(&e), Failure::NoAnswer),
-        Err(_) => false,
+    reached(super::bounded_by(PROBE_TIMEOUT, client.apiserver_version()).await)
+}
+
+/// Whether a probe's outcome shows a server there.
+fn reached<T>(outcome: Result<T, super::RequestError>) -> bool {
+    match outcome {
+        Ok(_) => true,
+        Err(e) => e.failure() != Failure::NoAnswer,
     }
 }
 
@@ -201,6 +216,36 @@ pub async fn probe(health: ApiHealth, client: kube::Client, cancel: Cancellation
 mod tests {
     use super::*;
     use tokio::time::Instant;
+
+    /// Issue 38, item 1: a request that timed out on a connection leaves the server reachable
+    /// (before, any timeout marked it unreachable and held every caller behind the prober),
+    /// and a probe that timed out that way brings it back.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_is_not_an_outage() {
+        let h = ApiHealth::new();
+        let slow = super::super::RequestError::Timeout(super::super::REQUEST_TIMEOUT);
+        assert_eq!(slow.failure(), Failure::Slow);
+        h.failed(slow.failure());
+        assert!(h.is_reachable());
+        let cancel = CancellationToken::new();
+        let t0 = Instant::now();
+        assert!(
+            h.wait_to_retry(Failure::Slow, Duration::from_secs(2), &cancel)
+                .await
+        );
+        assert_eq!(Instant::now() - t0, Duration::from_secs(2));
+        h.no_answer();
+        h.failed(Failure::Slow);
+        assert!(!h.is_reachable(), "a slow answer says nothing of an outage");
+        assert!(reached::<()>(Err(super::super::RequestError::Timeout(
+            PROBE_TIMEOUT
+        ))));
+        let refused = kube::Error::Service("connection refused".into());
+        assert!(!reached::<()>(Err(super::super::RequestError::Api(
+            refused
+        ))));
+        assert!(PROBE_TIMEOUT > super::super::CONNECT_TIMEOUT);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn waiters_wake_at_once_on_the_first_answer() {

@@ -42,6 +42,11 @@ pub enum ApiError {
 /// retried by its owner, as for any other failure).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a new connection may take, TCP and TLS handshake (kube's connector bounds both):
+/// shorter than [`REQUEST_TIMEOUT`], so that a request timing out had a connection, and is a
+/// slow answer ([`Failure::Slow`]) rather than none.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The connection's idle-read limit: longer than a watch may stay silent (the server ends it
 /// after `timeoutSeconds`, 290 s from kube-runtime, whose own idle check fires 5 s later).
 const READ_TIMEOUT: Duration = Duration::from_secs(320);
@@ -51,6 +56,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(320);
 pub enum RequestError {
     #[error(transparent)]
     Api(#[from] kube::Error),
+    /// Sent on a connection, not answered in time.
     #[error("no answer from the API server within {0:?}")]
     Timeout(Duration),
 }
@@ -109,11 +115,12 @@ impl RequestError {
         self.api().and_then(retry_after)
     }
 
-    /// What the failure tells a backoff: a timeout got no answer.
+    /// What the failure tells a backoff: a request that timed out had a connection (the
+    /// connect timeout is shorter) and is slow, not unanswered.
     pub fn failure(&self) -> Failure {
         match self {
             RequestError::Api(e) => failure_of(e),
-            RequestError::Timeout(_) => Failure::NoAnswer,
+            RequestError::Timeout(_) => Failure::Slow,
         }
     }
 }
@@ -177,9 +184,17 @@ pub fn failure_of(e: &kube::Error) -> Failure {
 pub async fn bounded<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, RequestError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+    bounded_by(REQUEST_TIMEOUT, request).await
+}
+
+/// Runs one API request with `limit` (longer than [`CONNECT_TIMEOUT`]).
+pub async fn bounded_by<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, RequestError> {
+    match tokio::time::timeout(limit, request).await {
         Ok(r) => r.map_err(RequestError::Api),
-        Err(_) => Err(RequestError::Timeout(REQUEST_TIMEOUT)),
+        Err(_) => Err(RequestError::Timeout(limit)),
     }
 }
 
@@ -263,6 +278,7 @@ pub async fn client_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Ap
         None => kube::Config::incluster().map_err(ApiError::NoCredentials)?,
     };
     config.default_retry = false;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(READ_TIMEOUT);
     // the read timeout counts from the request, not from when a pooled connection went idle
     config.reset_reader_on_write = true;

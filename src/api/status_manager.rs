@@ -341,7 +341,7 @@ impl StatusManager {
                     e.retry_at = match f {
                         // due as soon as the server is reachable (start_due waits for that)
                         Failure::NoAnswer => None,
-                        Failure::Answered { .. } => Some(Instant::now() + wait),
+                        Failure::Answered { .. } | Failure::Slow => Some(Instant::now() + wait),
                     };
                 }
                 Outcome::Done | Outcome::Nothing => {

@@ -235,7 +235,9 @@ pub async fn run<R: Runtime>(
                     let delay = watch_backoff.failed(f, rand::random());
                     pause = Some(match f {
                         Failure::NoAnswer => WatchPause::Reachable,
-                        Failure::Answered { .. } => WatchPause::Until(Instant::now() + delay),
+                        Failure::Answered { .. } | Failure::Slow => {
+                            WatchPause::Until(Instant::now() + delay)
+                        }
                     });
                     if !watch_failing {
                         tracing::warn!(err = %e, "node watch failed; retrying with backoff");
