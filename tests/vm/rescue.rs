@@ -112,7 +112,19 @@ async fn rescue(
     vol: &Path,
     kubelet: &mut StandIn,
 ) -> R<String> {
-    g.wait_known(&p.uid).await?;
+    // passive, reaplet lists no pod while the kubelet holds the node (issue 37): it is ready
+    // once it has judged the kubelet's signals alive
+    wait_for(
+        Duration::from_secs(60),
+        "reaplet to find the kubelet alive",
+        || async {
+            sh("journalctl", &["-u", UNIT, "--no-pager", "-o", "cat"])
+                .ok()
+                .filter(|j| j.contains("the kubelet renews its Lease"))
+                .map(|_| ())
+        },
+    )
+    .await?;
     // the unit keeps the host's mount namespace (its unmounts must reach the host's mounts)
     let pid = show(UNIT, "MainPID");
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
