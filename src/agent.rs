@@ -178,13 +178,34 @@ struct Live<R> {
 }
 
 impl<R: Runtime> Live<R> {
-    /// systemd's `STATUS=`: the runtime's stall first when there is one, then pods by state.
+    /// systemd's `STATUS=`: the runtime's stall first when there is one, then whether the
+    /// first pod list is still awaited, then pods by state.
     fn summary(&self) -> String {
-        let pods = self.pods_summary();
+        let mut pods = self.pods_summary();
+        if self.awaits_list() {
+            pods = format!("waiting for the first complete pod list; {pods}");
+        }
         match self.workers.runtime_stall() {
             Some(stall) => format!("{stall}; {pods}"),
             None => pods,
         }
+    }
+
+    /// The runtime answered and is not stalled: what every kill needs.
+    fn runtime_ready(&self) -> Result<(), String> {
+        if !self.runtime_ok.load(Ordering::Relaxed) {
+            return Err("the container runtime has not answered yet".into());
+        }
+        if let Some(stall) = self.workers.runtime_stall() {
+            return Err(stall.to_string());
+        }
+        Ok(())
+    }
+
+    /// Acting, and not every source has listed yet (a passive standby lists no pods: nothing
+    /// is watched while the kubelet holds the node).
+    fn awaits_list(&self) -> bool {
+        !self.workers.is_synced() && self.authority.borrow().role == standby::Role::Active
     }
 
     fn pods_summary(&self) -> String {
@@ -222,15 +243,8 @@ impl<R: Runtime> AgentState for Live<R> {
     }
 
     fn ready(&self) -> Result<(), String> {
-        if !self.runtime_ok.load(Ordering::Relaxed) {
-            return Err("the container runtime has not answered yet".into());
-        }
-        if let Some(stall) = self.workers.runtime_stall() {
-            return Err(stall.to_string());
-        }
-        // a passive standby lists no pods (nothing is watched while the kubelet holds the
-        // node): the runtime's answer is all it needs to be ready to take over
-        if !self.workers.is_synced() && self.authority.borrow().role == standby::Role::Active {
+        self.runtime_ready()?;
+        if self.awaits_list() {
             return Err("waiting for the first complete pod list".into());
         }
         Ok(())
@@ -281,9 +295,10 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     // the agent's own token: the caller's stop, or the agent giving up (credentials refused)
     let cancel = stop.child_token();
     let mut source_end: Option<tokio::task::JoinHandle<api::source::SourceEnd>> = None;
-    // what standby's own requests say of the credentials (the pod source, idle while
-    // passive, judges its own)
-    let mut standby_health: Option<api::health::ApiHealth> = None;
+    // the API server's health when there is one: what standby's own requests say of the
+    // credentials (the pod source, idle while passive, judges its own), and whether systemd's
+    // READY may come before the first pod list (an outage)
+    let mut api_health: Option<api::health::ApiHealth> = None;
     let listener =
         match cfg.metrics_bind_address {
             Some(address) => Some(tokio::net::TcpListener::bind(address).await.map_err(
@@ -415,7 +430,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
-        standby_health = Some(health.clone());
+        api_health = Some(health.clone());
         tracker.spawn(api::health::probe(
             health.clone(),
             client.clone(),
@@ -566,6 +581,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         tracker.spawn(notify_loop(
             notifier,
             live.clone(),
+            api_health.clone(),
             cfg.watchdog,
             cancel.clone(),
         ));
@@ -581,7 +597,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                 None => std::future::pending().await,
             }
         } => outcome = Err(AgentError::CredentialsRejected(d)),
-        d = credentials_refused_for(standby_health.clone(), cfg.credentials_grace) => {
+        d = credentials_refused_for(api_health.clone(), cfg.credentials_grace) => {
             tracing::error!(refusedFor = ?d, "the API server no longer accepts reaplet's credentials; stopping so that a restart reads them again");
             outcome = Err(AgentError::CredentialsRejected(d));
         }
@@ -599,12 +615,31 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     outcome
 }
 
-/// READY once the runtime answered and every source listed; STATUS with pods by state (and
-/// the runtime's stall, if any); WATCHDOG only while housekeeping (the main loop) keeps
-/// beating, which a stalled runtime does not stop (see [`crate::workers`]' housekeeping).
+/// How long systemd's READY waits for the first pod list once the runtime has answered, when
+/// the API server answers but slowly: the unit's start (a package upgrade's restart) is not
+/// held longer than this by the API.
+pub const READY_LIST_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether systemd's start-up is done (READY=1): the runtime answered, which with the
+/// termination records on disk is all a resumed kill needs, and the pods are listed, or the API
+/// server does not answer (an outage: the list comes when it ends), or it has had
+/// [`READY_LIST_WAIT`] since the runtime answered. `/readyz` keeps waiting for the list.
+fn started(
+    runtime_ready: bool,
+    awaits_list: bool,
+    api_down: bool,
+    since_runtime: Duration,
+) -> bool {
+    runtime_ready && (!awaits_list || api_down || since_runtime >= READY_LIST_WAIT)
+}
+
+/// READY as [`started`] says; STATUS with pods by state (and the runtime's stall, and the
+/// awaited list, if any); WATCHDOG only while housekeeping (the main loop) keeps beating,
+/// which a stalled runtime does not stop (see [`crate::workers`]' housekeeping).
 async fn notify_loop<R: Runtime>(
     notifier: Notifier,
     live: Arc<Live<R>>,
+    api: Option<api::health::ApiHealth>,
     watchdog: Option<Duration>,
     cancel: CancellationToken,
 ) {
@@ -613,9 +648,19 @@ async fn notify_loop<R: Runtime>(
     });
     let mut ready_sent = false;
     let mut last_status = String::new();
+    // when the runtime first answered (monotonic)
+    let mut runtime_since: Option<tokio::time::Instant> = None;
     loop {
         let mut msg = Vec::new();
-        if !ready_sent && live.ready().is_ok() {
+        let runtime_ready = live.runtime_ready().is_ok();
+        let since = match runtime_ready {
+            true => runtime_since
+                .get_or_insert_with(tokio::time::Instant::now)
+                .elapsed(),
+            false => Duration::ZERO,
+        };
+        let api_down = api.as_ref().is_some_and(|h| !h.is_reachable());
+        if !ready_sent && started(runtime_ready, live.awaits_list(), api_down, since) {
             msg.push("READY=1".to_string());
             ready_sent = true;
         }
@@ -681,5 +726,28 @@ async fn credentials_refused_for(
         if let Some(d) = health.refused_for().filter(|d| *d >= grace) {
             return d;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 38 item 6: systemd's start-up needs the runtime, and the API only while it
+    /// answers and for at most READY_LIST_WAIT.
+    #[test]
+    fn ready_needs_the_runtime_and_waits_for_the_list_only_while_the_api_answers() {
+        let (zero, late) = (Duration::ZERO, READY_LIST_WAIT);
+        // the list arrived (or none is awaited: a passive standby)
+        assert!(started(true, false, false, zero));
+        // the list awaited: not while the API answers, at once when it does not
+        assert!(!started(true, true, false, zero));
+        assert!(started(true, true, true, zero));
+        // an API answering too slowly holds the start READY_LIST_WAIT at most
+        assert!(!started(true, true, false, late - Duration::from_millis(1)));
+        assert!(started(true, true, false, late));
+        // never without the runtime
+        assert!(!started(false, false, false, late * 10));
+        assert!(!started(false, true, true, late * 10));
     }
 }

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "outage.rs"]
+mod outage;
 #[path = "package.rs"]
 mod package;
 #[path = "poweroff.rs"]
@@ -346,6 +348,10 @@ async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     let t = Instant::now();
     let r = slices_removed(&g, &uids).await;
     g.record("pod_slices_removed", t, r);
+
+    let t = Instant::now();
+    let r = outage::upgrade_during_api_outage(&g, &inp).await;
+    g.record("upgrade_during_api_outage", t, r);
 
     let t = Instant::now();
     let r = stop_leaves_pods_running(&g).await;

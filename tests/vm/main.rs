@@ -40,6 +40,7 @@ pub const SCENARIOS: &[&str] = &[
     "orphan_stopped_with_grace_1",
     "manifest_removal_terminates",
     "pod_slices_removed",
+    "upgrade_during_api_outage",
     "stop_leaves_pods_running",
     "watchdog_restarts_hung_loop",
     "standby_rescues_a_terminating_pod",

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// The packages among the inputs (tests/vm/host.rs): the first install, and the same package
 /// at a higher Debian revision.
 const FIRST: &str = "reaplet.deb";
-const UPGRADE: &str = "reaplet-upgrade.deb";
+pub(super) const UPGRADE: &str = "reaplet-upgrade.deb";
 /// The VM's config among the inputs (testbed/vm/config.yaml), written over the conffile.
 const VM_CONFIG: &str = "config.yaml";
 const CONFIG: &str = "/etc/reaplet/config.yaml";
@@ -73,7 +73,7 @@ fn dpkg(args: &[&str]) -> R<String> {
 /// Installs (or upgrades to) the package file `deb`. The guest's image leaves /usr/share/doc out
 /// of every package (a dpkg path-exclude, to stay small); reaplet's docs are taken back in so
 /// that their install and purge are seen too.
-fn dpkg_install(deb: &Path) -> R<String> {
+pub(super) fn dpkg_install(deb: &Path) -> R<String> {
     dpkg(&[
         "--path-include=/usr/share/doc/reaplet/*",
         "-i",
@@ -99,7 +99,24 @@ fn write_config(inp: &Path) -> R<()> {
 }
 
 /// reaplet's main PID once the unit is active with a main process other than `not`.
-async fn wait_active(not: &str) -> R<String> {
+/// The pod's container `cid` runs as it did `before` the upgrade: same start, still running.
+pub(super) async fn untouched(
+    g: &Guest,
+    cid: &str,
+    before: &reaplet::cri::ContainerDetail,
+) -> R<()> {
+    let after = g
+        .cri
+        .container_status(cid)
+        .await
+        .map_err(|e| format!("the pod's container is gone after the upgrade: {e}"))?;
+    ensure(
+        after.state == ContainerRunState::Running && after.started_at == before.started_at,
+        || format!("the upgrade touched the pod's container: {before:?} then {after:?}"),
+    )
+}
+
+pub(super) async fn wait_active(not: &str) -> R<String> {
     wait_for(Duration::from_secs(90), "reaplet to be active", || async {
         let pid = show(UNIT, "MainPID");
         (show(UNIT, "ActiveState") == "active" && pid != "0" && pid != not).then_some(pid)
@@ -236,15 +253,7 @@ async fn upgrade_and_purge(
         format!("reaplet's new process runs {}", exe.display())
     })?;
     g.wait_known(&p.uid).await?;
-    let after = g
-        .cri
-        .container_status(&cid)
-        .await
-        .map_err(|e| format!("the pod's container is gone after the upgrade: {e}"))?;
-    ensure(
-        after.state == ContainerRunState::Running && after.started_at == before.started_at,
-        || format!("the upgrade touched the pod's container: {before:?} then {after:?}"),
-    )?;
+    untouched(g, &cid, &before).await?;
     let ids: Vec<String> = g
         .cri
         .list_containers(Some(p.uid.as_str()))
