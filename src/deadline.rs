@@ -6,7 +6,7 @@
 //! Invariants:
 //! * deadlines live on tokio's monotonic clock (paused in unit tests); the API's wall-clock
 //!   `deletionTimestamp` (another machine's clock) never becomes a deadline: what survives a
-//!   restart of reaplet is its own durable record of each stop ([`crate::records`]);
+//!   restart of reaplet is its own durable record of each stop ([`crate::terminating::records`]);
 //! * combining two deadlines keeps the earlier one ([`Deadline::earliest`]): a deadline is
 //!   never extended;
 //! * arithmetic saturates: an absurd grace (up to `i64::MAX` seconds) becomes a deadline a

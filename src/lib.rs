@@ -3,16 +3,16 @@
 //! Module map (kubelet counterpart in brackets):
 //! * [`cri`]: the runtime seam [`pkg/kubelet/cri/remote`], generated from `proto/api.proto`;
 //! * [`pod`]: what the pipeline knows of a pod [`v1.Pod`, `kuberuntime/labels.go`];
-//! * [`grace`]: grace-period math [`calculateEffectiveGracePeriod`, `killContainer`];
 //! * [`deadline`]: the one deadline type (monotonic instant and origin);
 //! * [`lifecycle`]: the per-pod state machine [`podSyncStatus`, `podWorkerLoop`];
 //! * [`workers`]: per-UID owner tasks and housekeeping [`podWorkers`, `HandlePodCleanups`];
-//! * [`kill`], [`hooks`]: stopping containers and sandboxes, preStop hooks
-//!   [`killPodWithSyncResult`, `lifecycle/handlers.go`];
+//! * [`terminating`]: the terminating stage's parts: grace-period math
+//!   [`calculateEffectiveGracePeriod`, `killContainer`], preStop hooks [`lifecycle/handlers.go`],
+//!   stopping containers and sandboxes [`killPodWithSyncResult`], and durable termination
+//!   records (what was already done to a pod's containers; reaplet's own);
 //! * [`volumes`]: waiting for unmounts [`podVolumesExist`], and, active, the volume manager's
 //!   teardown of node-local volumes;
 //! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
-//! * [`records`]: durable termination records (what was already done to a pod's containers);
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
@@ -41,16 +41,12 @@ pub mod drain;
 pub mod events;
 pub mod eviction;
 pub mod file_source;
-pub mod grace;
-pub mod hooks;
-pub mod kill;
 pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
 pub mod otel;
 pub mod pod;
 pub mod pods_view;
-pub mod records;
 pub mod sd_notify;
 pub mod self_pod;
 pub mod server;
@@ -58,6 +54,7 @@ pub mod shutdown;
 pub mod standby;
 pub mod status;
 pub mod systemd;
+pub mod terminating;
 #[cfg(feature = "testbed")]
 pub mod testbed;
 pub mod timeline;

@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 use reaplet::cri::{self, ContainerRunState, RuntimeContainer, RuntimeSandbox};
-use reaplet::grace;
 use reaplet::pod::{PodInfo, PodUid, group_runtime};
+use reaplet::terminating::grace;
 use std::collections::HashMap;
 use std::path::{Component, Path};
 

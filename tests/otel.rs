@@ -33,7 +33,8 @@ fn pod_termination(name: &str, uid: &str) {
     );
     let _root = root.enter();
     {
-        let stage = tracing::info_span!(target: "reaplet::kill", "kill", stage = "kill");
+        let stage =
+            tracing::info_span!(target: "reaplet::terminating::kill", "kill", stage = "kill");
         let _stage = stage.enter();
         let cri = tracing::info_span!(
             target: "reaplet::cri",

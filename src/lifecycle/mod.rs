@@ -16,7 +16,7 @@
 //! * once Finished, every input is ignored.
 
 use crate::deadline::{Deadline, DeadlineOrigin};
-use crate::grace;
+use crate::terminating::grace;
 use std::time::Duration;
 use tokio::time::Instant;
 

@@ -461,6 +461,8 @@ mod tests {
         }
         assert!(handle.flush(Duration::from_secs(1)).await);
         assert_eq!(*fake.batches.lock().unwrap(), [vec!["kept".to_owned()]]);
-        assert!(is_exported_target("reaplet::kill") && !is_exported_target("reaplet_x"));
+        assert!(
+            is_exported_target("reaplet::terminating::kill") && !is_exported_target("reaplet_x")
+        );
     }
 }

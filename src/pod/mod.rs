@@ -134,7 +134,7 @@ pub struct PodInfo {
     /// When every container must have been killed. Set only when a kill is retried after a
     /// failed attempt: a stop's grace then counts down to the first attempt's deadline, with
     /// no new 2 s floor. `None`: the ordinary grace rules (and the durable records of stops
-    /// already sent, `crate::records`).
+    /// already sent, `crate::terminating::records`).
     pub kill_deadline: Option<crate::deadline::Deadline>,
     /// API phase is `Failed` or `Succeeded`.
     pub terminal_phase: bool,

@@ -114,7 +114,7 @@ fn hostile_graces_in_the_api_object() {
     }));
     let i = PodInfo::from_api(&p).unwrap();
     assert_eq!(
-        crate::grace::effective_grace(None, i.deletion_grace, None, i.spec_grace),
+        crate::terminating::grace::effective_grace(None, i.deletion_grace, None, i.spec_grace),
         1,
         "a negative deletion grace means 1"
     );
@@ -124,7 +124,7 @@ fn hostile_graces_in_the_api_object() {
     }));
     let i = PodInfo::from_api(&p).unwrap();
     assert_eq!(
-        crate::grace::effective_grace(None, None, None, i.spec_grace),
+        crate::terminating::grace::effective_grace(None, None, None, i.spec_grace),
         1
     );
     // a value beyond i64 is not a pod: the decoder rejects it (the source logs and skips)

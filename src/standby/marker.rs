@@ -1,6 +1,6 @@
 //! The standby's memory of its own role across its restarts: a small file saying "reaplet was
 //! this node's acting agent, in this boot". No kubelet counterpart (the kubelet is always its
-//! node's agent); the durable termination records ([`crate::records`]) are its sibling.
+//! node's agent); the durable termination records ([`crate::terminating::records`]) are its sibling.
 //!
 //! Without it a restart of an active reaplet (a package upgrade's `try-restart`, a crash, the
 //! watchdog) starts passive and counts its start as a Lease renewal: with the kubelet still

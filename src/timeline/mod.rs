@@ -36,9 +36,9 @@ const CLOCK_SKEW_MS: f64 = 100.0;
 /// The default number of finished timelines kept (`terminationTimelines`).
 pub const DEFAULT_KEEP: usize = 100;
 
-pub use crate::grace::GraceSource;
+pub use crate::terminating::grace::GraceSource;
 
-/// How a StopContainer was sent ([`crate::records::StopStart`]).
+/// How a StopContainer was sent ([`crate::terminating::records::StopStart`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StopKind {

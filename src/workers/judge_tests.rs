@@ -75,7 +75,7 @@ async fn with_the_kubelets_own_directory_a_static_pod_with_no_manifest_is_an_orp
     let stops = r.rt.stops_of("f-app");
     assert_eq!(stops.len(), 1, "{stops:?}");
     // the orphan grace, 1 s, raised to the container floor
-    assert_eq!(stops[0].0, crate::grace::MIN_CONTAINER_GRACE);
+    assert_eq!(stops[0].0, crate::terminating::grace::MIN_CONTAINER_GRACE);
     untouched(&r, "h");
 }
 

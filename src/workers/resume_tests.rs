@@ -28,12 +28,12 @@ fn running(p: &crate::pod::PodInfo) -> super::tests::Rig {
 
 /// Pod `uid`'s termination record holds `stop` for its container `app`: what a reaplet
 /// that died mid-termination left.
-fn recorded(r: &super::tests::Rig, uid: &str, stop: crate::records::StopRecord) {
-    let record = crate::records::RecordFile::for_pod(
+fn recorded(r: &super::tests::Rig, uid: &str, stop: crate::terminating::records::StopRecord) {
+    let record = crate::terminating::records::RecordFile::for_pod(
         &r.workers.inner.config.root_dir,
         &PodUid::parse(uid).unwrap(),
     );
-    let mut rec = crate::records::TerminationRecord::default();
+    let mut rec = crate::terminating::records::TerminationRecord::default();
     rec.stops.insert(format!("{uid}-app"), stop);
     record.save(&rec).unwrap();
 }
@@ -79,7 +79,7 @@ async fn a_stop_that_never_reached_the_runtime_is_sent_again_as_sigterm() {
     assert!(stops[0].1 >= t0 + Duration::from_secs(5), "{stops:?}");
     assert_eq!(
         stops[0].0,
-        crate::grace::MIN_CONTAINER_GRACE,
+        crate::terminating::grace::MIN_CONTAINER_GRACE,
         "SIGTERM with the floor, not timeout 0: {stops:?}"
     );
     assert_eq!(r.rt.exit_code("p5-app"), Some(137));
@@ -92,7 +92,7 @@ async fn a_stop_that_never_reached_the_runtime_is_sent_again_as_sigterm() {
 async fn a_stop_recorded_but_never_answered_is_resumed_with_the_hook_and_sigterm() {
     let p = hooked("p6", 30);
     let r = running(&p);
-    let record = crate::records::RecordFile::for_pod(
+    let record = crate::terminating::records::RecordFile::for_pod(
         &r.workers.inner.config.root_dir,
         &PodUid::parse("p6").unwrap(),
     );
@@ -109,7 +109,7 @@ async fn a_stop_recorded_but_never_answered_is_resumed_with_the_hook_and_sigterm
     let stops = r.rt.stops_of("p6-app");
     assert_eq!(
         stops.first().map(|s| s.0),
-        Some(crate::grace::MIN_CONTAINER_GRACE),
+        Some(crate::terminating::grace::MIN_CONTAINER_GRACE),
         "SIGTERM with the floor: {calls:?}"
     );
     assert!(stops[0].1 >= hooks[0] + Duration::from_secs(1));
@@ -130,7 +130,7 @@ async fn a_forward_wall_clock_step_never_shortens_a_resumed_stop() {
         wall_ms: deadline.wall_ms - 60_000,
         ..deadline
     };
-    let stop = crate::records::StopRecord {
+    let stop = crate::terminating::records::StopRecord {
         deadline: stepped,
         answered: true,
         grace: Some(30),
@@ -152,7 +152,7 @@ async fn a_resumed_deadline_survives_later_updates_of_the_object() {
     // resumed after a restart, its deadline long past and its stop sent before (the
     // record says so); then the object is updated again (a status patch, say) without
     // the deadline
-    let stop = crate::records::StopRecord {
+    let stop = crate::terminating::records::StopRecord {
         deadline: crate::deadline::Stamp::now().plus_ms(-60_000),
         answered: true,
         grace: Some(30),
@@ -176,7 +176,7 @@ async fn a_resumed_deadline_survives_later_updates_of_the_object() {
 async fn a_resent_stop_never_answered_is_still_a_sigterm_past_its_deadline() {
     let p = api_pod("p10", 5);
     let r = running(&p);
-    let stop = crate::records::StopRecord {
+    let stop = crate::terminating::records::StopRecord {
         deadline: crate::deadline::Stamp::now().plus_ms(-1_000),
         answered: false,
         grace: Some(5),
@@ -192,7 +192,7 @@ async fn a_resent_stop_never_answered_is_still_a_sigterm_past_its_deadline() {
     let stops = r.rt.stops_of("p10-app");
     assert_eq!(
         stops.first().map(|s| s.0),
-        Some(crate::grace::MIN_CONTAINER_GRACE),
+        Some(crate::terminating::grace::MIN_CONTAINER_GRACE),
         "SIGTERM with the floor, not a bare SIGKILL: {stops:?}"
     );
 }
@@ -205,7 +205,7 @@ async fn a_stop_in_flight_for_a_second_is_recorded_as_answered() {
     let p = api_pod("p11", 30);
     let r = running(&p);
     r.workers.upsert(deleted(&p, 30));
-    let record = crate::records::RecordFile::for_pod(
+    let record = crate::terminating::records::RecordFile::for_pod(
         &r.workers.inner.config.root_dir,
         &PodUid::parse("p11").unwrap(),
     );
@@ -239,7 +239,7 @@ async fn a_prestop_hook_that_never_reached_the_runtime_runs_on_the_next_attempt(
     assert!(hooks[0] >= t0 + Duration::from_secs(5), "{calls:?}");
     let stops = r.rt.stops_of("p13-app");
     assert!(
-        stops[0].0 >= crate::grace::MIN_CONTAINER_GRACE,
+        stops[0].0 >= crate::terminating::grace::MIN_CONTAINER_GRACE,
         "a SIGTERM, never a bare SIGKILL: {stops:?}"
     );
     assert!(
@@ -260,7 +260,7 @@ async fn a_stop_queued_for_a_call_slot_is_not_answered() {
     let t0 = Instant::now();
     r.rt.queue_stops_until(t0 + Duration::from_secs(3));
     r.workers.upsert(deleted(&p, 30));
-    let record = crate::records::RecordFile::for_pod(
+    let record = crate::terminating::records::RecordFile::for_pod(
         &r.workers.inner.config.root_dir,
         &PodUid::parse("p12").unwrap(),
     );

@@ -4,9 +4,9 @@
 use super::tests::rig;
 use super::tests::with_fake_runtime::{api_pod, deleted, desire, until};
 use crate::cri::fake::Behaviour;
-use crate::grace::GraceSource;
 use crate::lifecycle::PodPhase;
 use crate::pod;
+use crate::terminating::grace::GraceSource;
 use crate::timeline::{Query, Step, StopKind};
 use std::time::Duration;
 

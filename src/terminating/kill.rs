@@ -15,7 +15,7 @@
 //!   life of reaplet or an earlier one, continues to that stop's recorded deadline with no
 //!   hook and no new floor; one whose stop was recorded but never answered (refused, or
 //!   reaplet died first) is sent SIGTERM again, bounded by that deadline, never under the
-//!   floor, each time ([`KillMemory`], durable in [`crate::records::RecordFile`]); a stop the
+//!   floor, each time ([`KillMemory`], durable in [`crate::terminating::records::RecordFile`]); a stop the
 //!   runtime has held for a second counts as answered (it reached the runtime, which signals
 //!   as it takes it; time queued for one of reaplet's own call slots does not count): SIGTERM
 //!   is never skipped while no stop is known to have reached the runtime, and only restarts
@@ -33,12 +33,12 @@
 use crate::cri::{CriError, Runtime, RuntimeContainer};
 use crate::deadline::Stamp;
 use crate::events::{EventReason, EventSink, PodEvent};
-use crate::grace;
-use crate::hooks;
 use crate::pod::{ContainerSpec, PodInfo};
-pub use crate::records::KillMemory;
-use crate::records::StopStart;
 use crate::status::ContainerFinal;
+use crate::terminating::grace;
+use crate::terminating::hooks;
+pub use crate::terminating::records::KillMemory;
+use crate::terminating::records::StopStart;
 use crate::timeline::{Recorder, Step, StopKind};
 use futures_util::future::join_all;
 use tokio::sync::watch;
@@ -571,7 +571,8 @@ mod tests {
     /// SIGKILLing `ms` from now, sent under the pod grace `grace` (as a reaplet that died
     /// mid-termination left it; written as JSON so that the record's format is the one tested).
     fn answered_stop(dir: &std::path::Path, ms: i64, grace: i64) -> KillMemory {
-        let file = crate::records::RecordFile::for_pod(dir, &PodUid::parse("p").unwrap());
+        let file =
+            crate::terminating::records::RecordFile::for_pod(dir, &PodUid::parse("p").unwrap());
         let json = serde_json::json!({"stops": {"p-app": {
             "deadline": Stamp::now().plus_ms(ms), "answered": true, "grace": grace,
         }}});

@@ -16,7 +16,7 @@
 //!   latency in a bulk deletion;
 //! * read, written and removed off the async runtime (a blocking thread), one write at a time
 //!   per pod, each carrying every change made before it started, and none after the removal
-//!   ([`crate::kill::KillMemory`]);
+//!   ([`crate::terminating::kill::KillMemory`]);
 //! * a record says which containers' preStop hooks were started and, for each container, the
 //!   deadline of its StopContainer ([`Stamp`]: `CLOCK_BOOTTIME` with the boot ID, so a step
 //!   of the wall clock never shortens it) and whether the runtime answered it. A stop is
@@ -27,7 +27,7 @@
 //!   have reached the runtime, so it is sent again as a SIGTERM bounded by its deadline but
 //!   never under the 2 s floor, as often as it goes unanswered (a resend that counted down
 //!   to a passed deadline sent a bare SIGKILL to a container that may never have had its
-//!   SIGTERM); a stop the runtime has held for a second is marked answered ([`crate::kill`]),
+//!   SIGTERM); a stop the runtime has held for a second is marked answered ([`crate::terminating::kill`]),
 //!   so only restarts within a second of a send extend a kill, by the floor each; a
 //!   container with no record was never signalled and gets a fresh termination;
 //! * a record of an older version (a wall-clock deadline per container) reads as stops never

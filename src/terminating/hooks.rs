@@ -81,7 +81,7 @@ pub async fn run<R: Runtime>(
             }
             Handler::HttpGet(get) => http_get(pod, spec, get).await,
             Handler::Sleep { seconds } => {
-                tokio::time::sleep(crate::grace::as_duration(*seconds)).await;
+                tokio::time::sleep(crate::terminating::grace::as_duration(*seconds)).await;
                 Ok(())
             }
         }
