@@ -148,18 +148,14 @@ impl Backoff {
             self.failures = 0;
         }
         self.last_failure = Some(now);
-        match failure {
-            Failure::NoAnswer => NO_ANSWER.mul_f64(0.75 + 0.5 * jitter),
-            Failure::Slow => {
-                self.failures = self.failures.saturating_add(1);
-                self.policy.jittered(self.failures, jitter)
-            }
-            Failure::Answered { retry_after } => {
-                self.failures = self.failures.saturating_add(1);
-                let delay = self.policy.jittered(self.failures, jitter);
-                delay.max(retry_after.unwrap_or_default().min(MAX_RETRY_AFTER))
-            }
-        }
+        let retry_after = match failure {
+            Failure::NoAnswer => return NO_ANSWER.mul_f64(0.75 + 0.5 * jitter),
+            Failure::Answered { retry_after } => retry_after,
+            Failure::Slow => None,
+        };
+        self.failures = self.failures.saturating_add(1);
+        let delay = self.policy.jittered(self.failures, jitter);
+        delay.max(retry_after.unwrap_or_default().min(MAX_RETRY_AFTER))
     }
 
     /// An attempt succeeded: the next failure starts from `min` again.

@@ -337,11 +337,11 @@ fn prompt() -> Duration {
 }
 
 /// Issue 38 item 1, a brownout: slow is not down. Every HTTP request reaplet sends is held at
-/// the proxy for 31 s, its connections working (its status PATCH for a deleted pod outlives the
-/// 30 s request timeout), then every answer of the server reaches it 7 s late for 60 s (an
-/// overloaded server, or one queueing requests under priority and fairness). The retried
-/// status and the DELETE must arrive within that window: a new connection's handshake, the
-/// PATCH and the DELETE, each one latency late, and the slack. Before the fix the timed-out
+/// the proxy for at least 31 s, until its status PATCH for a deleted pod has outlived the 30 s
+/// request timeout (connections working), then every answer of the server reaches it 7 s late
+/// for 60 s (an overloaded server, or one queueing requests under priority and fairness). The
+/// retried status and the DELETE must arrive within that window: a new connection's handshake,
+/// the PATCH and the DELETE, each one latency late, and the slack. Before the fix the timed-out
 /// PATCH marked the server unreachable and only `GET /version` with a 5 s timeout could undo
 /// it, which 7 s of latency never allowed: the pod stayed until the brownout ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,14 +358,20 @@ async fn a_slow_api_server_gets_the_status_and_delete_during_the_brownout() {
     // the kill needs no API: the container stops while the status write is held
     let st = n.wait_exited(&id, Duration::from_secs(5) + SLACK).await;
     assert_eq!(st.exit_code, 0, "{st:?}");
-    tokio::time::sleep_until((held + HOLD).into()).await;
+    // the status PATCH follows the stop: held until its own timeout has surely passed (else the
+    // release would forward it, and the server would see it beside its retry)
+    let patch_gone = Instant::now() + reaplet::api::REQUEST_TIMEOUT + Duration::from_secs(5);
+    tokio::time::sleep_until((held + HOLD).max(patch_gone).into()).await;
     proxy.set_latency(LATENCY);
     proxy.release();
     let released = Instant::now();
     // the retried PATCH on a new connection (its handshake one latency late, its answer
     // another), then the DELETE (one more)
     let took = n.wait_gone("sluggish", released, LATENCY * 3 + SLACK).await;
-    println!("sluggish: gone {took:.2?} into {LATENCY:?} of latency, after {HOLD:?} held");
+    println!(
+        "sluggish: gone {took:.2?} into {LATENCY:?} of latency, after {:.1?} held",
+        released - held
+    );
     assert_status_then_delete(&n, "sluggish", &uid(&pods[0]), "Succeeded", 0);
     // connected and answered late is not an outage: nothing waited for the prober
     let log = std::fs::read_to_string(&n.reaplet_log).unwrap_or_default();
@@ -494,6 +500,23 @@ fn notes(
     out
 }
 
+/// Waits for a notification containing `what`, within [`SLACK`] of `after`.
+#[track_caller]
+fn wait_note(notes: &std::sync::mpsc::Receiver<Note>, what: &str, after: &str) {
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < SLACK,
+            "no {what} within {SLACK:?} of {after}"
+        );
+        if let Ok((_, msg)) = notes.recv_timeout(Duration::from_millis(200))
+            && msg.contains(what)
+        {
+            return;
+        }
+    }
+}
+
 /// Issue 38 item 6: the API unreachable for reaplet's first 25 s. systemd's READY=1 does not
 /// wait for the API: it comes once the runtime answered (a kill resumes from the runtime and
 /// the termination records), within `READY_LIST_WAIT` and the slack of the start and during
@@ -559,32 +582,11 @@ async fn systemd_notify_ready_during_an_api_outage_then_watchdog_pings() {
         .expect("reaplet listed the pods");
     assert!(first_list >= back_ns, "a pod list got through the outage");
     // the list arrived: STATUS says so
-    let t0 = Instant::now();
-    loop {
-        assert!(
-            t0.elapsed() < SLACK,
-            "no STATUS=pods: line within {SLACK:?} of the pod list"
-        );
-        if let Ok((_, msg)) = notes.recv_timeout(Duration::from_millis(200))
-            && msg.contains("STATUS=pods:")
-        {
-            break;
-        }
-    }
+    wait_note(&notes, "STATUS=pods:", "the pod list");
     let (mut child, _guard) = n.reaplet.take().unwrap();
     common::sigterm(child.id());
     let t0 = Instant::now();
-    loop {
-        assert!(
-            t0.elapsed() < SLACK,
-            "no STOPPING=1 within {SLACK:?} of SIGTERM"
-        );
-        if let Ok((_, msg)) = notes.recv_timeout(Duration::from_millis(200))
-            && msg.contains("STOPPING=1")
-        {
-            break;
-        }
-    }
+    wait_note(&notes, "STOPPING=1", "SIGTERM");
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;

@@ -46,6 +46,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// shorter than [`REQUEST_TIMEOUT`], so that a request timing out had a connection, and is a
 /// slow answer ([`Failure::Slow`]) rather than none.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const _: () = assert!(CONNECT_TIMEOUT.as_nanos() < REQUEST_TIMEOUT.as_nanos());
 
 /// The connection's idle-read limit: longer than a watch may stay silent (the server ends it
 /// after `timeoutSeconds`, 290 s from kube-runtime, whose own idle check fires 5 s later).
