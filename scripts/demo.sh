@@ -71,7 +71,9 @@ step 2 "container images" "busybox and pause (built once, cached in ~/.cache/rea
     quiet testbed/testbed.sh images
 step 3 "building reaplet" "cargo build --release (the first build takes a few minutes)" build
 trap 'testbed/testbed.sh stop' EXIT
-step 4 "private containerd" "starting it in $REAPLET_TESTBED_DIR" testbed/testbed.sh start
+step 4 "private containerd" \
+    "containerd 2.x, starting it in $REAPLET_TESTBED_DIR (its first build from the Go module proxy takes about 10 min)" \
+    testbed/testbed.sh start
 say "[5/$STEPS] the demo: five pods, four manifests removed, one orphan"
 "$TARGET/release/reaplet" demo --testbed-dir "$REAPLET_TESTBED_DIR" \
     --cgroup-root "$REAPLET_TESTBED_CGROUP_ROOT"

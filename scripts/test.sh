@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# reaplet's whole test suite. Installs what it needs (containerd, runc, busybox-static from
-# Debian's packages; busybox and pause images built locally; the real kube-apiserver, etcd,
+# reaplet's whole test suite. Installs what it needs (runc, busybox-static and Debian's
+# containerd 1.6 from Debian's packages; containerd 2.x, the runtime Kubernetes 1.36 supports,
+# built from the Go module proxy by testbed/containerd.sh and cached in
+# ~/.cache/reaplet/containerd; busybox and pause images built locally; the real kube-apiserver, etcd,
 # kubelet, controller manager and scheduler v1.36 built from the Go module proxy by
 # testbed/kube.sh and cached in ~/.cache/reaplet/kube; helm v4, built the same way by
 # testbed/helm.sh and cached in ~/.cache/reaplet/helm; cargo-deb, cached in
 # ~/.cache/reaplet/tools), builds the Debian package (and a second one, a higher revision, for
 # the VM test's upgrade) and the DaemonSet's image from its release binary, then: format check,
 # clippy with warnings as errors, unit tests, and the integration tests against real containerd
-# instances (each integration test starts its own private containerd through
-# testbed/testbed.sh), and the VM test (tests/vm: reaplet installed from the Debian package as a
+# instances (each integration test starts its own private containerd 2.x through
+# testbed/testbed.sh), the compatibility job (Debian's containerd 1.6: a handover smoke test
+# and the single-pod benchmark), and the VM test (tests/vm: reaplet installed from the Debian package as a
 # systemd service next to containerd with the systemd cgroup driver, in a Debian guest under
 # qemu; its image is built once and cached in ~/.cache/reaplet/vm). Needs root: the tests run
 # containers, remove cgroups, mount a tmpfs and build the VM's root filesystem.
@@ -35,7 +38,7 @@ ME=scripts/test.sh
 FEATURES=test-hooks,testbed
 TARGET=${CARGO_TARGET_DIR:-target}
 LOG=$TARGET/test.log
-STEPS=11
+STEPS=13
 # cargo-deb, pinned, installed once outside the repository
 CARGO_DEB_VERSION=3.8.0
 CARGO_DEB_ROOT=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}/tools/cargo-deb
@@ -80,14 +83,17 @@ quiet() { "$@" >/dev/null; }
 setup 1 "test bed packages" \
     "containerd, runc, busybox-static, gcc, dbus-daemon, chromium (testbed/testbed.sh install; apt-get when missing)" \
     testbed/testbed.sh install
-setup 2 "container images" "busybox and pause (testbed/testbed.sh images; cached, digests checked)" \
+setup 2 "containerd 2.x" \
+    "containerd, its runc shim and ctr from the Go module proxy (testbed/containerd.sh; cached; a cold build takes about 10 min)" \
+    testbed/containerd.sh build
+setup 3 "container images" "busybox and pause (testbed/testbed.sh images; cached, digests checked)" \
     quiet testbed/testbed.sh images
-setup 3 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes)" \
+setup 4 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes)" \
     quiet testbed/vm/image.sh
-setup 4 "Kubernetes components" \
+setup 5 "Kubernetes components" \
     "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \
     testbed/kube.sh build
-setup 5 "helm" \
+setup 6 "helm" \
     "helm v4 from the Go module proxy, for the chart's test on the real cluster (testbed/helm.sh; cached; a cold build takes 4 to 12 min)" \
     testbed/helm.sh build
 
@@ -112,18 +118,18 @@ package() {
     say "package: $main"
     say "package for the VM test's upgrade: $upgrade"
 }
-setup 6 "package" \
+setup 7 "package" \
     "the Debian package, production features (cargo deb; installs cargo-deb $CARGO_DEB_VERSION when missing)" \
     package
-setup 7 "reaplet image" "the DaemonSet's image from the release binary (testbed/testbed.sh reaplet-image)" \
+setup 8 "reaplet image" "the DaemonSet's image from the release binary (testbed/testbed.sh reaplet-image)" \
     quiet testbed/testbed.sh reaplet-image "$TARGET/release/reaplet"
 
-step 8 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
+step 9 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
     cargo fmt --all -- --check || true
-step 9 "clippy" "all targets, features $FEATURES, warnings as errors" \
+step 10 "clippy" "all targets, features $FEATURES, warnings as errors" \
     cargo clippy --all-targets --locked --features "$FEATURES" -- -D warnings || true
 # the production build (no test machinery) must be clean too
-step 10 "clippy (production)" "the binary and library without features, warnings as errors" \
+step 11 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
 
 run_tests() {
@@ -132,8 +138,29 @@ run_tests() {
     RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --all-targets --locked \
         --features "$FEATURES" -- --show-output 2>&1 | tee "$LOG"
 }
-step 11 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
+step 12 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
     run_tests || true
+
+# The compatibility job: Debian's containerd 1.6 (reaplet also stands by on older nodes, whose
+# kubelet runs containerd 1.6 or 1.7): the real kubelet's pods handed over to reaplet (a
+# TERM-trapping pod ended at once, a TERM-ignoring one killed at its grace, nothing done
+# beside a live kubelet), then the single-pod benchmark. Its test output goes to the same log.
+COMPAT_TESTS=(
+    a_term_trapping_pod_is_ended_at_once_with_its_status_and_a_uid_delete
+    a_term_ignoring_pod_is_killed_at_its_grace_never_before
+    beside_a_live_kubelet_reaplet_does_nothing_and_the_kubelet_ends_the_pod
+)
+compat() {
+    local rc=0
+    # (pipefail: a pipe's status is cargo's)
+    REAPLET_TESTBED_RUNTIME=debian cargo test --no-fail-fast --locked --features "$FEATURES" \
+        --test handover -- --show-output "${COMPAT_TESTS[@]}" 2>&1 | tee -a "$LOG" || rc=$?
+    REAPLET_TESTBED_RUNTIME=debian cargo bench --locked --features testbed --bench termination \
+        -- single 2>&1 | tee -a "$LOG" || rc=$?
+    return "$rc"
+}
+step 13 "compatibility" "Debian's containerd 1.6: handover smoke test and the single-pod benchmark (REAPLET_TESTBED_RUNTIME=debian)" \
+    compat || true
 
 # summarise LOG: which test binaries failed and which of their tests, from cargo's output
 # ("Running tests/api.rs (...)", "test NAME ... FAILED", "error: test failed, to rerun pass `--test api`")
@@ -201,7 +228,7 @@ for f in ${failed[@]+"${failed[@]}"}; do
 done
 LOG=$LOG summarise
 if [ ${#failed[@]} = 0 ]; then
-    say "all passed: packages, images, VM image, Kubernetes components, helm, Debian package, reaplet image, fmt, clippy (twice), every test binary"
+    say "all passed: packages, containerd 2.x, images, VM image, Kubernetes components, helm, Debian package, reaplet image, fmt, clippy (twice), every test binary, the compatibility job"
     exit 0
 fi
 say "full test output: $LOG"

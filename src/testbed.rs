@@ -131,6 +131,35 @@ impl Testbed {
         CgroupNaming::new(self.driver, &self.cgroup_root).expect("valid cgroup root")
     }
 
+    /// The instance's own `ctr` (the runtime's version: `testbed.sh` links its directory as
+    /// `bin` in the test bed's directory; the `ctr` on PATH for an attached instance), on its
+    /// socket, in the Kubernetes namespace `k8s.io`.
+    pub fn ctr(&self) -> Command {
+        let own = self.dir.join("bin/ctr");
+        let mut c = Command::new(if own.exists() {
+            own
+        } else {
+            PathBuf::from("ctr")
+        });
+        c.arg("--address").arg(&self.socket).args(["-n", "k8s.io"]);
+        c
+    }
+
+    /// The container event source the runtime offers, and its version: CRI
+    /// `GetContainerEvents` from containerd 1.7 on (the test bed's 2.x), containerd's own
+    /// events service on 1.6 (the compatibility job's; its CRI answers UNIMPLEMENTED).
+    pub async fn offered_event_source(&self) -> (cri::EventSource, String) {
+        use cri::Runtime;
+        let v = self.client().version().await.expect("runtime version");
+        let v = v.runtime_version;
+        let source = if v.trim_start_matches('v').starts_with("1.6.") {
+            cri::EventSource::ContainerdEvents
+        } else {
+            cri::EventSource::Cri
+        };
+        (source, v)
+    }
+
     /// containerd's log, for failure messages.
     pub fn containerd_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# reaplet's test bed: a private containerd (Debian's package) on its own socket, state and
-# cgroup root, with busybox and pause images built locally (no registry is reachable).
+# reaplet's test bed: a private containerd on its own socket, state and cgroup root, with
+# busybox and pause images built locally (no registry is reachable). The runtime is containerd
+# 2.x built from the Go module proxy (testbed/containerd.sh; the runtime Kubernetes 1.36
+# supports), or Debian's containerd 1.6 with REAPLET_TESTBED_RUNTIME=debian (the compatibility
+# job: reaplet also stands by on older nodes). runc is Debian's either way.
 #
 #   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc, dbus-daemon, chromium if missing
 #   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR,
 #                                with their sha256 digests: a broken or truncated one is rebuilt)
-#   testbed/testbed.sh start     install + images + start containerd + import images (idempotent)
+#   testbed/testbed.sh start     install + images + start containerd + import images (idempotent);
+#                                builds containerd 2.x first when it is not cached (about 10 min)
+#   testbed/testbed.sh ctr ARGS  the running instance's own ctr on its socket (namespace k8s.io)
 #   testbed/testbed.sh stop      kill every pod, stop containerd, unmount, remove leftover cgroups
 #   testbed/testbed.sh restart   stop containerd alone (pods and their shims keep running), start it
 #   testbed/testbed.sh status    exit 0 when the private containerd is running
@@ -21,7 +26,8 @@
 # Settings (environment): REAPLET_TESTBED_DIR (default /tmp/reaplet-testbed),
 # REAPLET_CACHE_DIR (default ~/.cache/reaplet), REAPLET_TESTBED_CGROUP_ROOT (default /reaplet-testbed:
 # the cgroup root the test pods go below, in every hierarchy, and that stop cleans),
-# REAPLET_APT_LOCK_TIMEOUT (seconds apt waits for another apt/dpkg to finish; default 300).
+# REAPLET_APT_LOCK_TIMEOUT (seconds apt waits for another apt/dpkg to finish; default 300),
+# REAPLET_TESTBED_RUNTIME (containerd2, the default, or debian).
 # The socket is $REAPLET_TESTBED_DIR/containerd.sock.
 # Any failing command stops the script with a message naming the step and the command
 # (errexit reaches into command substitutions and functions; pipes fail on any member).
@@ -36,6 +42,7 @@ CGROUP_ROOT=${CGROUP_ROOT#/}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUSYBOX_IMAGE=reaplet.test/busybox:latest
 PAUSE_IMAGE=reaplet.test/pause:latest
+RUNTIME=${REAPLET_TESTBED_RUNTIME:-containerd2}
 
 log() { printf 'testbed: %s\n' "$*" >&2; }
 die() { printf 'testbed: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -286,6 +293,21 @@ cmd_reaplet_image() {
     printf '%s\n' "$out"
 }
 
+# runtime_bin: the directory of the runtime's containerd, shim and ctr (containerd 2.x is built
+# when missing)
+runtime_bin() {
+    case $RUNTIME in
+    containerd2) bash "$HERE/containerd.sh" dir ;;
+    debian) dirname "$(command -v containerd)" ;;
+    *) die "REAPLET_TESTBED_RUNTIME=$RUNTIME: the runtime is containerd2 (the default) or debian" ;;
+    esac
+}
+
+# the running instance's ctr ($DIR/bin is the runtime's directory, linked at start)
+ctr_() {
+    if [ -x "$DIR/bin/ctr" ]; then "$DIR/bin/ctr" --address "$SOCK" "$@"; else ctr --address "$SOCK" "$@"; fi
+}
+
 running() {
     [ -f "$DIR/containerd.pid" ] && kill -0 "$(cat "$DIR/containerd.pid")" 2>/dev/null &&
         [ -S "$SOCK" ]
@@ -293,8 +315,15 @@ running() {
 
 write_config() {
     mkdir -p "$DIR"/{root,state,opt,runc,logs,cni/bin,cni/conf}
-    cat >"$DIR/config.toml" <<EOF
-version = 2
+    case $RUNTIME in
+    debian) write_config_v2 ;;
+    *) write_config_v3 ;;
+    esac >"$DIR/config.toml"
+}
+
+# what both schemas share: this instance's own paths and sockets
+config_paths() {
+    cat <<EOF
 root = "$DIR/root"
 state = "$DIR/state"
 oom_score = 0
@@ -307,6 +336,52 @@ oom_score = 0
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "$DIR/opt"
+EOF
+}
+
+# containerd 2.x: schema 3 (the CRI plugin split into runtime and images plugins; the sandbox
+# image is a pinned image; NRI off: its socket is one path for the whole machine, and many test
+# beds run at once)
+write_config_v3() {
+    printf 'version = 3\n'
+    config_paths
+    cat <<EOF
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  disable_hugetlb_controller = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$DIR/runc"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$DIR/cni/bin"]
+    conf_dir = "$DIR/cni/conf"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+}
+
+# Debian's containerd 1.6: schema 2
+write_config_v2() {
+    printf 'version = 2\n'
+    config_paths
+    cat <<EOF
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
@@ -354,20 +429,24 @@ cmd_start() {
         log "containerd already running on $SOCK"
         return
     fi
+    local bin
+    bin=$(runtime_bin)
     write_config
-    log "starting containerd on $SOCK"
-    containerd --config "$DIR/config.toml" >"$DIR/containerd.log" 2>&1 &
+    ln -sfn "$bin" "$DIR/bin"
+    log "starting containerd ($RUNTIME: $("$bin/containerd" --version | head -1)) on $SOCK"
+    # the shim containerd starts is the first containerd-shim-runc-v2 on its PATH: its own
+    PATH=$bin:$PATH "$bin/containerd" --config "$DIR/config.toml" >"$DIR/containerd.log" 2>&1 &
     echo $! >"$DIR/containerd.pid"
     local i
     for i in $(seq 1 200); do
-        if [ -S "$SOCK" ] && ctr --address "$SOCK" version >/dev/null 2>&1; then break; fi
+        if [ -S "$SOCK" ] && ctr_ version >/dev/null 2>&1; then break; fi
         kill -0 "$(cat "$DIR/containerd.pid")" 2>/dev/null || { tail -20 "$DIR/containerd.log" >&2; die "containerd exited"; }
         sleep 0.05
     done
     [ -S "$SOCK" ] || die "containerd did not open $SOCK within 10 s (see $DIR/containerd.log)"
     STEP="start: import the images"
-    ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs "$images/busybox.tar" >/dev/null
-    ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs "$images/pause.tar" >/dev/null
+    ctr_ -n k8s.io images import --snapshotter overlayfs "$images/busybox.tar" >/dev/null
+    ctr_ -n k8s.io images import --snapshotter overlayfs "$images/pause.tar" >/dev/null
     log "ready: socket $SOCK, images $BUSYBOX_IMAGE $PAUSE_IMAGE"
 }
 
@@ -376,12 +455,12 @@ cmd_stop() {
     if [ -S "$SOCK" ] && running; then
         local t
         # pods first: kill every task so no process of the test bed outlives it
-        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null || true); do
-            ctr --address "$SOCK" -n k8s.io tasks kill -a -s SIGKILL "$t" >/dev/null 2>&1 || true
+        for t in $(ctr_ -n k8s.io tasks ls -q 2>/dev/null || true); do
+            ctr_ -n k8s.io tasks kill -a -s SIGKILL "$t" >/dev/null 2>&1 || true
         done
         sleep 0.3
-        for t in $(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null || true); do
-            ctr --address "$SOCK" -n k8s.io tasks rm -f "$t" >/dev/null 2>&1 || true
+        for t in $(ctr_ -n k8s.io tasks ls -q 2>/dev/null || true); do
+            ctr_ -n k8s.io tasks rm -f "$t" >/dev/null 2>&1 || true
         done
         kill -TERM "$(cat "$DIR/containerd.pid")" 2>/dev/null || true
         local i
@@ -416,6 +495,7 @@ restart) cmd_restart ;;
 stop) cmd_stop ;;
 status) running || exit 1 ;;
 apt-install) shift; cmd_apt_install "$@" ;;
+ctr) shift; running || die "no test bed running in $DIR"; ctr_ -n k8s.io "$@" ;;
 reaplet-image) shift; cmd_reaplet_image "$@" ;;
-*) sed -n '2,27p' "$0"; exit 64 ;;
+*) sed -n '2,33p' "$0"; exit 64 ;;
 esac

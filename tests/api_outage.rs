@@ -67,6 +67,10 @@ async fn taken_over_via_proxy(name: &str, bodies: &[Value]) -> (KubeNode, Vec<Va
     let kc = n.cluster.node_kubeconfig_for(NODE, &proxy.url());
     n.start_reaplet_via(&kc, &["--authority", "primary"]);
     n.wait_log("pod list from the API server", LISTED).await;
+    // and its pod watch started (the server's audit stage ResponseStarted): a test that holds
+    // the proxy's requests next must not hold the watch the pod's DELETE reaches reaplet by
+    let is_watch = |a: &Audit| a.resource == "pods" && a.verb == "watch";
+    n.wait_reaplet_request(0, is_watch, LISTED).await;
     (n, pods, proxy)
 }
 

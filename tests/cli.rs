@@ -210,11 +210,12 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
         row(&out, "runtime").contains("PASS") && row(&out, "runtime").contains("containerd"),
         "{out}"
     );
-    // containerd 1.6 has no CRI GetContainerEvents: its own events service is used
-    assert!(
-        row(&out, "container events").contains("containerd's events service"),
-        "{out}"
-    );
+    // the source the runtime offers: CRI's on containerd 2.x, its own events service on 1.6
+    let want = match tb.offered_event_source().await.0 {
+        reaplet::cri::EventSource::Cri => "from CRI GetContainerEvents",
+        reaplet::cri::EventSource::ContainerdEvents => "containerd's events service",
+    };
+    assert!(row(&out, "container events").contains(want), "{out}");
     assert!(row(&out, "cgroups").contains("hybrid"), "{out}");
     assert!(row(&out, "root dir").contains("PASS"), "{out}");
     // the node has no pod: every review is allowed, and a GET could not be asked for (a node

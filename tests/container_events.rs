@@ -1,7 +1,8 @@
-//! Container exits as events. From a real containerd 1.6 (the test bed): its CRI has no
-//! `GetContainerEvents`, so `CriClient::container_events` subscribes to containerd's own events
-//! service on the same socket; a container that exits by itself is reported with its exit
-//! status and time, and the exit -> event latency is printed; a containerd restart ends the
+//! Container exits as events. From a real containerd: the test bed's containerd 2.x answers CRI
+//! `GetContainerEvents` (from containerd 1.7 on), Debian's containerd 1.6 (the compatibility
+//! job) does not, and `CriClient::container_events` then subscribes to containerd's own events
+//! service on the same socket; each runtime must give the source it offers. A container that
+//! exits by itself is reported with its exit status and time, and the exit -> event latency is printed; a containerd restart ends the
 //! receiver, and a new subscription works. Then the whole agent (`reaplet run`) against the
 //! in-process API server: an exit becomes the terminal status PATCH through the event path,
 //! also after a broken stream and for a burst of exits; and, on a fake CRI runtime that serves
@@ -40,12 +41,12 @@ fn ms(ns: i64) -> f64 {
     ns as f64 / 1e6
 }
 
-async fn subscribe(client: &reaplet::cri::CriClient) -> EventSubscription {
+async fn subscribe(tb: &Testbed, client: &CriClient) -> EventSubscription {
     let sub = client.container_events().await.expect("events subscribed");
+    let (offered, version) = tb.offered_event_source().await;
     assert_eq!(
-        sub.source,
-        EventSource::ContainerdEvents,
-        "the test bed's containerd 1.6 has no CRI GetContainerEvents"
+        sub.source, offered,
+        "the source containerd {version} offers"
     );
     sub
 }
@@ -74,7 +75,7 @@ async fn exits(sub: &mut EventSubscription, ids: &[String]) -> Vec<(String, i32,
 async fn a_container_exit_arrives_as_a_task_exit() {
     let tb = Testbed::start(repo(), "events-exit");
     let client = tb.client();
-    let mut sub = subscribe(&client).await;
+    let mut sub = subscribe(&tb, &client).await;
     let mut t = PodTemplate::new("events-exit", 30);
     for i in 0..5 {
         t = t.container(ContainerTemplate::new(
@@ -125,7 +126,7 @@ async fn a_container_exit_arrives_as_a_task_exit() {
 async fn a_containerd_restart_ends_the_stream_and_a_new_subscription_works() {
     let tb = Testbed::start(repo(), "events-restart");
     let client = tb.client();
-    let mut sub = subscribe(&client).await;
+    let mut sub = subscribe(&tb, &client).await;
     tokio::task::block_in_place(|| tb.restart_containerd()).expect("containerd restarts");
     let ended = tokio::time::timeout(Duration::from_secs(30), async {
         while sub.events.recv().await.is_some() {}
@@ -146,7 +147,7 @@ async fn a_containerd_restart_ends_the_stream_and_a_new_subscription_works() {
             }
         }
     };
-    assert_eq!(sub.source, EventSource::ContainerdEvents);
+    assert_eq!(sub.source, tb.offered_event_source().await.0);
     let t = PodTemplate::new("events-restart", 30)
         .container(ContainerTemplate::new("app", "sleep 0.5; exit 3"));
     let pod = launch(&tb, &t).await.expect("pod launched");
@@ -242,7 +243,8 @@ async fn start_agent_with(
     let child = spawn_reaplet(tb, &root.join("kubelet"), &extra, &log);
     let agent = Agent { child, log };
     let (_, line) = agent.wait_subscribed(1, START_LIMIT).await;
-    assert!(line.contains("containerd events service"), "{line}");
+    let (offered, _) = tb.offered_event_source().await;
+    assert!(line.contains(offered.as_str()), "{line}");
     wait_in_sync(api).await;
     agent
 }
@@ -330,15 +332,23 @@ async fn an_exit_is_reported_through_the_event_path_with_the_runtimes_status() {
     let t = gated_pod(&gate, "ev-status", 3);
     let p = launch_in_api(&api, &tb, &t).await;
     let agent = start_agent(&tb, &api, root.path(), &kc).await;
+    // Past the fast polling after the subscription, only an event finds the exit before the
+    // 30 s relist. The bound is a third of that relist, not the polling period: containerd 2.x
+    // sends CRI's stopped event only once it has deleted the task (the runtime's status is
+    // final then), which took 30 ms to 1.6 s here with nine other tests running (its events
+    // service, 1.6's source, publishes the exit at once).
+    tokio::time::sleep(AFTER_SUBSCRIBE + Duration::from_secs(1)).await;
     gate.open(&t.name);
     let (took, patch, st) = exit_to_status(&tb, &api, &agent, &t.name, p.container_id("app")).await;
     println!(
         "exit -> terminal status answered: {:.1} ms (event path; relist every {RELIST_WITH_EVENTS})",
         took.as_secs_f64() * 1e3
     );
+    let bound = Duration::from_secs(10);
     assert!(
-        took < EVENT_PATH,
-        "exit -> status {took:?}, not under {EVENT_PATH:?}\n{}",
+        took < bound,
+        "exit -> status {took:?}, not under {bound:?} (the relist is every \
+         {RELIST_WITH_EVENTS})\n{}",
         agent.log_tail()
     );
     assert_failed_with(&patch, &st, 3);
@@ -376,7 +386,8 @@ async fn after_a_broken_event_stream_exits_are_still_reported() {
     let resub_limit = restart_took * 2 + Duration::from_secs(1) + START_LIMIT;
     let (_, line) = agent.wait_subscribed(2, resub_limit).await;
     let resubscribed = restart.elapsed();
-    assert!(line.contains("containerd events service"), "{line}");
+    let (offered, _) = tb.offered_event_source().await;
+    assert!(line.contains(offered.as_str()), "{line}");
     println!(
         "containerd restart took {:.2} s; resubscribed {:.2} s after it began; \
          an exit just after the restart reported in {:.1} ms",

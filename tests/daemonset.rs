@@ -333,7 +333,7 @@ fn reaplet_lines(n: &KubeNode, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_last() {
     let mut n = KubeNode::start("ds").await;
-    common::helm::import_reaplet_image(&n.tb.socket);
+    common::helm::import_reaplet_image(&n.tb);
     n.cluster
         .grant_controller_role("daemon-set-controller")
         .await;
@@ -376,29 +376,21 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
     assert!(health.starts_with("200"), "/healthz: {health}");
 
     // `reaplet check` inside the pod says what works
-    let check = std::process::Command::new("ctr")
-        .arg("--address")
-        .arg(&n.tb.socket)
-        .args([
-            "-n",
-            "k8s.io",
-            "tasks",
-            "exec",
-            "--exec-id",
-            "reaplet-check",
-        ])
-        .arg(&my_container)
-        .args(["/usr/bin/reaplet", "check"])
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!(
-            "--kubelet-config={}",
-            n.kubelet.config_file.display()
-        ))
-        .arg(format!("--root-dir={}", n.kubelet.root_dir.display()))
-        .arg(format!("--hostname-override={NODE}"))
-        .arg(format!("--kubelet-healthz-url={}", n.kubelet.healthz_url()))
-        .output()
-        .expect("ctr tasks exec");
+    let check =
+        n.tb.ctr()
+            .args(["tasks", "exec", "--exec-id", "reaplet-check"])
+            .arg(&my_container)
+            .args(["/usr/bin/reaplet", "check"])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!(
+                "--kubelet-config={}",
+                n.kubelet.config_file.display()
+            ))
+            .arg(format!("--root-dir={}", n.kubelet.root_dir.display()))
+            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!("--kubelet-healthz-url={}", n.kubelet.healthz_url()))
+            .output()
+            .expect("ctr tasks exec");
     let check_text = format!(
         "{}{}",
         String::from_utf8_lossy(&check.stdout),

@@ -78,8 +78,9 @@ async fn bed(name: &str) -> (Testbed, ApiServer, tempfile::TempDir, PathBuf, Pat
     (tb, api, root, kc, log)
 }
 
-/// containerd (1.6.20 and 1.7) marks a container "stop signalled" before it sends the stop
-/// signal; when that StopContainer's context is cancelled mid-kill (reaplet SIGKILLed within
+/// containerd (1.6.20, 1.7, and 2.2.9 the test bed's: `internal/cri/server/container_stop.go`
+/// sets the flag with a compare-and-swap before `task.Kill`) marks a container "stop signalled"
+/// before it sends the stop signal; when that StopContainer's context is cancelled mid-kill (reaplet SIGKILLed within
 /// milliseconds of sending it) the signal may never go out, and every later stop with a timeout
 /// skips it ("Skipping the sending of signal ... because a prior stop with timeout>0 request
 /// already sent the signal"), so the container gets only the SIGKILL at a stop's timeout.

@@ -303,7 +303,7 @@ const RBAC_OBJECTS: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_upgrades_and_uninstalls_reaplet_on_the_real_kubelet() {
     let mut n = KubeNode::start("helm").await;
-    import_reaplet_image(&n.tb.socket);
+    import_reaplet_image(&n.tb);
     for role in [
         "daemon-set-controller",
         "generic-garbage-collector",

@@ -147,26 +147,34 @@ fn run(mut c: Command) -> Run {
 // scripts/test.sh
 
 /// A fake `cargo` for test.sh: `install` (cargo-deb) does nothing, `deb` prints a package's
-/// path; `fmt` fails when FAKE_FMT_FAIL is set; `test` runs four fake test
-/// binaries; with FAKE_TEST_FAIL, `tests/api.rs` has a failing test and `tests/vm/main.rs`
+/// path; `fmt` fails when FAKE_FMT_FAIL is set; `test` runs four fake test binaries (one,
+/// tests/handover.rs, for the compatibility job: REAPLET_TESTBED_RUNTIME=debian); `bench`
+/// runs the benchmark binary; with FAKE_TEST_FAIL, `tests/api.rs` has a failing test and `tests/vm/main.rs`
 /// (a harness-less binary) exits 1 without one. Like cargo, it stops at the first failed binary
 /// unless given `--no-fail-fast`. Its output is cargo's, shortened.
 const FAKE_CARGO_FOR_TEST_SH: &str = r##"
-echo "cargo $*" >>"$CALLS"
+echo "cargo $*${REAPLET_TESTBED_RUNTIME:+ (runtime $REAPLET_TESTBED_RUNTIME)}" >>"$CALLS"
+ok_bin() {
+    echo "     Running $1 (target/debug/deps/$2-0123456789abcdef)" >&2
+    printf '\nrunning 1 test\ntest %s ... ok\n\ntest result: ok. 1 passed; 0 failed\n\n' "$3"
+}
 case $1 in
 fmt)
     if [ -n "${FAKE_FMT_FAIL:-}" ]; then echo "Diff in /repo/src/lib.rs at line 1:"; exit 1; fi ;;
 clippy) ;;
 install) ;;
 deb) echo "$CARGO_TARGET_DIR/debian/reaplet_0.1.0-1_amd64.deb" ;;
+bench)
+    echo "     Running benches/termination/main.rs (target/release/deps/termination-0123456789abcdef)" >&2
+    echo "single: DELETE -> gone median 180 ms" ;;
 test)
+    if [ "${REAPLET_TESTBED_RUNTIME:-}" = debian ]; then
+        ok_bin tests/handover.rs handover a_term_ignoring_pod_is_killed_at_its_grace_never_before
+        exit 0
+    fi
     nff=
     for a in "$@"; do [ "$a" = --no-fail-fast ] && nff=1; done
     failed=()
-    ok_bin() {
-        echo "     Running $1 (target/debug/deps/$2-0123456789abcdef)" >&2
-        printf '\nrunning 1 test\ntest %s ... ok\n\ntest result: ok. 1 passed; 0 failed\n\n' "$3"
-    }
     ok_bin "unittests src/lib.rs" reaplet grace::tests::floor
     if [ -n "${FAKE_TEST_FAIL:-}" ]; then
         echo "     Running tests/api.rs (target/debug/deps/api-0123456789abcdef)" >&2
@@ -210,6 +218,10 @@ fn test_sh_sandbox() -> Sandbox {
 if [ "$1" = "${FAKE_SETUP_FAIL:-}" ]; then echo "E: Unable to locate package containerd" >&2; exit 100; fi
 [ "$1" = images ] && echo /nonexistent/images
 exit 0"#,
+    );
+    sb.write_exe(
+        "repo/testbed/containerd.sh",
+        r#"echo "containerd.sh $*" >>"$CALLS"; echo /nonexistent/containerd"#,
     );
     sb.write_exe(
         "repo/testbed/vm/image.sh",
@@ -272,7 +284,7 @@ fn test_sh_runs_every_test_binary_and_names_the_failures() {
         "gaps: 0.7 0.7",
         "FAILED test binary tests/vm/main.rs",
         "exit status: 1",
-        "2 of 4 test binaries failed",
+        "2 of 6 test binaries failed",
     ] {
         assert!(s.contains(want), "the summary lacks {want:?}:\n{s}");
     }
@@ -303,7 +315,7 @@ fn test_sh_keeps_going_after_a_format_failure_and_fails_at_the_end() {
     assert!(calls.contains("cargo test"), "{calls}");
     let s = summary(&r);
     assert!(s.contains("FAILED step: format check"), "{s}");
-    assert!(s.contains("0 of 4 test binaries failed"), "{s}");
+    assert!(s.contains("0 of 6 test binaries failed"), "{s}");
 }
 
 #[test]
@@ -313,12 +325,12 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert_eq!(r.code, Some(0), "{r:?}");
     let s = summary(&r);
     assert!(s.contains("all passed"), "{s}");
-    assert!(s.contains("0 of 4 test binaries failed"), "{s}");
+    assert!(s.contains("0 of 6 test binaries failed"), "{s}");
     // every step announced itself and said how long it took
-    for n in 1..=11 {
-        assert!(r.stderr.contains(&format!("[{n}/11] ")), "step {n}:\n{r:?}");
+    for n in 1..=13 {
+        assert!(r.stderr.contains(&format!("[{n}/13] ")), "step {n}:\n{r:?}");
     }
-    assert_eq!(r.stderr.matches(": ok (").count(), 11, "{r:?}");
+    assert_eq!(r.stderr.matches(": ok (").count(), 13, "{r:?}");
     let calls = sb.calls();
     assert!(
         calls.contains("cargo install --locked cargo-deb"),
@@ -327,6 +339,16 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert!(calls.contains("testbed.sh reaplet-image"), "{calls}");
     assert!(sb.calls().contains("kube.sh build"), "{}", sb.calls());
     assert!(sb.calls().contains("helm.sh build"), "{}", sb.calls());
+    assert!(sb.calls().contains("containerd.sh build"), "{}", sb.calls());
+    // the compatibility job: Debian's containerd, the handover smoke test and one benchmark
+    assert!(
+        calls.contains("--test handover") && calls.contains("(runtime debian)"),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("cargo bench") && calls.contains("single (runtime debian)"),
+        "{calls}"
+    );
 }
 
 #[test]
@@ -389,7 +411,7 @@ fn demo_sh_shows_each_step_with_its_duration() {
         "demo: [2/5] container images",
         "demo: [3/5] building reaplet",
         "50 crates compiled",
-        "demo: [4/5] private containerd: starting it",
+        "demo: [4/5] private containerd: containerd 2.x, starting it",
         "demo: [5/5] the demo: five pods",
     ] {
         assert!(r.stderr.contains(want), "no {want:?}:\n{r:?}");

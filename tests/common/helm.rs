@@ -129,9 +129,9 @@ pub fn release_binary() -> PathBuf {
     bin
 }
 
-/// Builds (or finds up to date) the image `reaplet:local` and imports it into the containerd
-/// listening on `socket` (the Kubernetes namespace `k8s.io`, where the kubelet finds it).
-pub fn import_reaplet_image(socket: &Path) {
+/// Builds (or finds up to date) the image `reaplet:local` and imports it into the test bed's
+/// containerd (the Kubernetes namespace `k8s.io`, where the kubelet finds it).
+pub fn import_reaplet_image(tb: &reaplet::testbed::Testbed) {
     let out = Command::new("bash")
         .arg(super::repo().join("testbed/testbed.sh"))
         .arg("reaplet-image")
@@ -144,10 +144,9 @@ pub fn import_reaplet_image(socket: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
     let tar = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let out = Command::new("ctr")
-        .arg("--address")
-        .arg(socket)
-        .args(["-n", "k8s.io", "images", "import"])
+    let out = tb
+        .ctr()
+        .args(["images", "import"])
         .args(["--snapshotter", "overlayfs"])
         .arg(&tar)
         .output()
