@@ -69,6 +69,12 @@ impl Testbed {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        // which runtime the test ran on (containerd 2.x, or Debian's 1.6 for the compatibility
+        // job), in the test's output
+        let said = String::from_utf8_lossy(&out.stderr);
+        if let Some(line) = said.lines().find(|l| l.contains("starting containerd")) {
+            println!("{name}: {line}");
+        }
         tb
     }
 
