@@ -339,6 +339,27 @@ oom_score = 0
 EOF
 }
 
+# cri_runtime PLUGIN [LINE]: the CRI runtime settings both schemas share, under PLUGIN (2.x's
+# runtime plugin, 1.6's CRI plugin): the flags this machine needs (see
+# ../shared/reference/testbed.md), runc with the cgroupfs driver and its own root; LINE goes
+# into the containerd table (1.6's snapshotter)
+cri_runtime() {
+    cat <<EOF
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  disable_hugetlb_controller = true
+  [plugins.$1.containerd]
+    ${2:-}
+    default_runtime_name = "runc"
+    [plugins.$1.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.$1.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$DIR/runc"
+EOF
+}
+
 # containerd 2.x: schema 3 (the CRI plugin split into runtime and images plugins; the sandbox
 # image is a pinned image; NRI off: its socket is one path for the whole machine, and many test
 # beds run at once)
@@ -356,17 +377,7 @@ write_config_v3() {
     sandbox = "$PAUSE_IMAGE"
 
 [plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  disable_apparmor = true
-  disable_hugetlb_controller = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$DIR/runc"
+$(cri_runtime '"io.containerd.cri.v1.runtime"')
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["$DIR/cni/bin"]
     conf_dir = "$DIR/cni/conf"
@@ -385,20 +396,9 @@ write_config_v2() {
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  disable_apparmor = true
-  disable_hugetlb_controller = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$DIR/runc"
+$(cri_runtime '"io.containerd.grpc.v1.cri"' 'snapshotter = "overlayfs"')
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$DIR/cni/bin"
     conf_dir = "$DIR/cni/conf"
