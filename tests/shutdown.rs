@@ -494,7 +494,9 @@ async fn the_lock_follows_the_authority_and_a_shutdown_ends_the_groups_in_order(
     assert!(first_start > 0);
     assert!(metrics.graceful_shutdown_end_time.get() >= first_start);
     assert_eq!(ev.message, "Shutdown manager detected shutdown event");
-    // handled: not taken again while the shutdown stands
+    // handled: not taken again while the shutdown stands (the gauge follows the release: the
+    // lock is let go first, the gauge set after it)
+    wait_until("the inhibitor gauge at 0", || gauge() == 0).await;
     holds_for("the lock left released", || {
         held(&seen) == 0 && gauge() == 0
     })
