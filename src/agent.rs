@@ -427,7 +427,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         authority: authority.clone(),
     };
     if let Some(kc) = cfg.kube.clone() {
-        let client = kube::Client::try_from(kc).map_err(AgentError::Api)?;
+        let client = api::client::client(kc).map_err(AgentError::Api)?;
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
         api_health = Some(health.clone());

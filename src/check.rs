@@ -293,7 +293,7 @@ pub async fn run(
             "no kubeconfig, no in-cluster config, no --pod-manifest-path",
         )),
         Ok(Some(cfg)) => {
-            let client = kube::Client::try_from(cfg.clone()).ok();
+            let client = crate::api::client::client(cfg.clone()).ok();
             out.push(access::check(cfg, node, &needed(settings)).await);
             out.push(authority_check(settings, node, client).await);
         }

@@ -715,7 +715,8 @@ async fn the_ready_condition_reports_the_shutdown_and_comes_back_on_a_cancellati
     );
     let kc = api.write_kubeconfig(dir.path(), "node-a");
     let client =
-        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
+        reaplet::api::client::client(reaplet::api::client_config(Some(&kc)).await.unwrap())
+            .unwrap();
     let ready = shutdown::node::NodeReady::new(client, "node-a");
     let cond = |kind: &str| {
         api.get_node("node-a").unwrap()["status"]["conditions"]

@@ -269,8 +269,8 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
     let admin = dir.path().join("admin");
     std::fs::create_dir_all(&admin).unwrap();
     let kc = api.write_kubeconfig_as(&admin, &User::Admin);
-    let admin =
-        kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap()).unwrap();
+    let admin = reaplet::api::client::client(reaplet::api::client_config(Some(&kc)).await.unwrap())
+        .unwrap();
     kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin, "default")
         .evict("evicted", &Default::default())
         .await

@@ -15,6 +15,7 @@
 //! * every request carries a `User-Agent` naming reaplet and its version ([`user_agent`]), so
 //!   the server's audit log and managedFields tell it from the kubelet acting as the same node.
 
+pub mod client;
 pub mod events;
 pub mod health;
 pub mod source;

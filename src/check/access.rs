@@ -255,7 +255,7 @@ fn uses(needs: &[Need]) -> String {
 /// The `kubeconfig` line: the server reachable, and every need permitted.
 pub async fn check(cfg: kube::Config, node: &str, needs: &[Need]) -> Line {
     let url = cfg.cluster_url.to_string();
-    let client = match kube::Client::try_from(cfg) {
+    let client = match crate::api::client::client(cfg) {
         Ok(c) => c,
         Err(e) => return line("kubeconfig", Outcome::Fail, format!("{url}: {e}")),
     };

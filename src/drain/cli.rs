@@ -158,7 +158,7 @@ pub async fn operator_client(op: &OperatorArgs) -> Result<kube::Client, String> 
     let cfg = crate::api::client_config(Some(&path))
         .await
         .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
-    kube::Client::try_from(cfg).map_err(|e| format!("API client: {e}"))
+    crate::api::client::client(cfg).map_err(|e| format!("API client: {e}"))
 }
 
 /// Common set-up of the operator commands: the output, `--timeout`, the node, the client, and

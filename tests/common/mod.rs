@@ -385,8 +385,9 @@ pub async fn status_manager(
     CancellationToken,
 ) {
     let kc = api.write_kubeconfig(dir, node);
-    let client = kube::Client::try_from(reaplet::api::client_config(Some(&kc)).await.unwrap())
-        .expect("a client");
+    let client =
+        reaplet::api::client::client(reaplet::api::client_config(Some(&kc)).await.unwrap())
+            .expect("a client");
     // the agent's view of the API server, and its prober (which alone tries a server that
     // stopped answering)
     let health = reaplet::api::health::ApiHealth::new();

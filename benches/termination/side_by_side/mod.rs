@@ -13,10 +13,10 @@
 //! Each scenario gets a fresh test bed, cluster and kubelet. The logs (audit, kubelet,
 //! reaplet, controller manager) are kept in `target/tmp/bench-kubelet-<scenario>-*.log`.
 //!
-//! The files: `stack.rs` the node under test (a Stack) and the takeover, `audit.rs` the audit
-//! log read as it grows, `pods.rs` the pod scenarios (one pod, a burst, natural exit),
-//! `taint.rs` the NoExecute taint, `outage.rs` the API server outage; here the entry, the
-//! pods they create and the closing table.
+//! The files: `stack.rs` the node under test (a Stack) and the takeover, `audit.rs` the audit log
+//! read as it grows, `pods.rs` the pod scenarios (one pod, a burst, natural exit), `taint.rs` the
+//! NoExecute taint, `taint4.rs` the same on a node of four pods, `outage.rs` the API server outage;
+//! here the entry, the pods they create and the closing table.
 
 #[path = "../../../tests/common/kube/mod.rs"]
 #[allow(dead_code, unused_imports)]
@@ -31,6 +31,7 @@ mod outage;
 mod pods;
 mod stack;
 mod taint;
+mod taint4;
 
 use super::*;
 use serde_json::{Value, json};
@@ -135,7 +136,7 @@ fn print_rows(rows: &[Row]) {
 }
 
 /// The scenarios, by the name `kubelet:<name>` runs alone.
-pub const SCENARIOS: [&str; 5] = ["one", "burst", "exit", "taint", "outage"];
+pub const SCENARIOS: [&str; 6] = ["one", "burst", "exit", "taint", "taint4", "outage"];
 
 /// Every scenario of `only` (all when empty), then the table; a failed scenario is reported
 /// and the others still run.
@@ -165,6 +166,9 @@ pub async fn kubelet(only: &[&str]) -> R<()> {
     }
     if want("taint") {
         take("taint", taint::taint_side(5).await);
+    }
+    if want("taint4") {
+        take("taint4", taint4::taint4_side(5).await);
     }
     if want("outage") {
         take("outage", outage::outage_side(30).await);

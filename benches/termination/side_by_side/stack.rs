@@ -16,7 +16,7 @@ pub(super) struct Stack {
     pub(super) proxy: Option<Proxy>,
     pub(super) kubelet: Kubelet,
     pub(super) cluster: Cluster,
-    scenario: String,
+    pub(super) scenario: String,
     audit: std::sync::Mutex<AuditTail>,
     pub(super) tb: Testbed,
 }

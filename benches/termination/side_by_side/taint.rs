@@ -1,7 +1,7 @@
 //! The NoExecute taint scenario: an untolerated taint added to the node -> the pod's DELETE
 //! (the controller manager's for the kubelet, reaplet's own taint manager) and the pod gone.
 
-use super::audit::gone_at;
+use super::audit::{Rec, gone_at};
 use super::stack::Stack;
 use super::*;
 
@@ -14,6 +14,93 @@ pub(super) async fn taint_side(n: usize) -> R<Vec<Row>> {
         "kubelet 4: untolerated NoExecute taint -> DELETE, {n} taints each"
     ));
     let mut s = Stack::start("taint").await;
+    start_taint_controllers(&mut s).await?;
+    let mut to_delete = Vec::new();
+    let mut to_gone = Vec::new();
+    for who in [Who::Kubelet, Who::Reaplet] {
+        let c = &who.label()[..1];
+        let list = names(&format!("taint-{c}"), n);
+        let keys: Vec<String> = (0..n).map(|i| format!("bench-{c}-{i}")).collect();
+        let bodies: Vec<Value> = list
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let mut p = pod(x, TRAPS_TERM);
+                p["spec"]["tolerations"] = keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, k)| json!({"key": k, "operator": "Exists", "effect": "NoExecute"}))
+                    .collect();
+                p
+            })
+            .collect();
+        start_pods(&mut s, who, &bodies, &list, Duration::from_secs(120)).await?;
+        let mut taints = Vec::new();
+        let (mut d, mut g) = (Vec::new(), Vec::new());
+        for (name, key) in list.iter().zip(&keys) {
+            taints.push(json!({"key": key, "value": "x", "effect": "NoExecute"}));
+            let wall0 = wall_ns();
+            set_taints(&s, json!(taints)).await?;
+            s.wait_gone(
+                std::slice::from_ref(name),
+                Duration::from_millis(50),
+                Duration::from_secs(90),
+            )
+            .await?;
+            let (tainted, deleted, gone) = s
+                .audit_find(|a| {
+                    let tainted = taint_patch(a, wall0)?.done;
+                    // the taint's DELETE: the controller manager's, or reaplet's first
+                    let deleted = a
+                        .iter()
+                        .find(|r| r.is_pod("delete", name) && by_evictor(r, who))?
+                        .received;
+                    Some((tainted, deleted, gone_at(a, who, name)?))
+                })
+                .await
+                .ok_or(format!(
+                    "the audit log lacks the taint PATCH, the taint DELETE or the final DELETE of {name}"
+                ))?;
+            d.push(ms_ns(deleted - tainted));
+            g.push(ms_ns(gone - tainted));
+        }
+        let (d, g) = (sorted(d), sorted(g));
+        println!(
+            "{}: taint stored -> DELETE received median {:.1} ms, p90 {:.1}, max {:.1}; -> gone median {:.1} ms (n={n})",
+            who.label(),
+            pct(&d, 50.0),
+            pct(&d, 90.0),
+            pct(&d, 100.0),
+            pct(&g, 50.0)
+        );
+        to_delete.push(d);
+        to_gone.push(g);
+        if who == Who::Kubelet {
+            set_taints(&s, Value::Null).await?;
+            s.keep_logs();
+        }
+    }
+    s.keep_logs();
+    Ok(vec![
+        pct_row(
+            format!("NoExecute taint -> DELETE, median (n={n}; k: controller manager)"),
+            "ms",
+            &to_delete,
+            50.0,
+        ),
+        pct_row(
+            format!("NoExecute taint -> pod gone, median (n={n})"),
+            "ms",
+            &to_gone,
+            50.0,
+        ),
+    ])
+}
+
+/// The controller manager's NoExecute taint eviction, as on a real cluster: its role bound,
+/// the node lifecycle and taint eviction controllers started and synced.
+pub(super) async fn start_taint_controllers(s: &mut Stack) -> R<()> {
     // the controller's own role (what its service account is bound to in a real cluster)
     s.cluster
         .raw(
@@ -71,119 +158,58 @@ pub(super) async fn taint_side(n: usize) -> R<Vec<Row>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "[taint] controller manager (node-lifecycle, taint-eviction) started in {:.1} s",
+        "[{}] controller manager (node-lifecycle, taint-eviction) started in {:.1} s",
+        s.scenario,
         t.elapsed().as_secs_f64()
     );
-    let mut to_delete = Vec::new();
-    let mut to_gone = Vec::new();
-    for who in [Who::Kubelet, Who::Reaplet] {
-        let c = &who.label()[..1];
-        let list = names(&format!("taint-{c}"), n);
-        let keys: Vec<String> = (0..n).map(|i| format!("bench-{c}-{i}")).collect();
-        let bodies: Vec<Value> = list
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                let mut p = pod(x, TRAPS_TERM);
-                p["spec"]["tolerations"] = keys
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, k)| json!({"key": k, "operator": "Exists", "effect": "NoExecute"}))
-                    .collect();
-                p
-            })
-            .collect();
-        let uids = s.create_all(&bodies).await?;
-        s.wait_running(&list, Duration::from_secs(120)).await?;
-        if who == Who::Reaplet {
-            // no controller manager now: reaplet alone acts on the taints
-            s.cluster.controller_manager = None;
-            s.takeover(&uids, None, &["--enable-taint-manager=true"])
-                .await?;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        } else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        let mut taints = Vec::new();
-        let (mut d, mut g) = (Vec::new(), Vec::new());
-        for (name, key) in list.iter().zip(&keys) {
-            taints.push(json!({"key": key, "value": "x", "effect": "NoExecute"}));
-            let wall0 = wall_ns();
-            set_taints(&s, json!(taints)).await?;
-            s.wait_gone(
-                std::slice::from_ref(name),
-                Duration::from_millis(50),
-                Duration::from_secs(90),
-            )
+    Ok(())
+}
+
+/// `who`'s pods `bodies` (named `names`) created and running; for reaplet's run, the
+/// controller manager stopped and reaplet taken over with its taint manager.
+pub(super) async fn start_pods(
+    s: &mut Stack,
+    who: Who,
+    bodies: &[Value],
+    names: &[String],
+    limit: Duration,
+) -> R<()> {
+    let uids = s.create_all(bodies).await?;
+    s.wait_running(names, limit).await?;
+    if who == Who::Reaplet {
+        // no controller manager now: reaplet alone acts on the taints
+        s.cluster.controller_manager = None;
+        s.takeover(&uids, None, &["--enable-taint-manager=true"])
             .await?;
-            let (tainted, deleted, gone) = s
-                .audit_find(|a| {
-                    let tainted = a
-                        .iter()
-                        .find(|r| {
-                            r.user == ADMIN
-                                && r.verb == "patch"
-                                && r.resource == "nodes"
-                                && r.sub.is_empty()
-                                && r.received >= wall0 - 1_000_000
-                        })?
-                        .done;
-                    // the taint's DELETE: the controller manager's, or reaplet's first
-                    let deleted = a
-                        .iter()
-                        .find(|r| {
-                            r.is_pod("delete", name)
-                                && match who {
-                                    Who::Kubelet => r.user == "system:kube-controller-manager",
-                                    Who::Reaplet => r.by(Who::Reaplet),
-                                }
-                        })?
-                        .received;
-                    Some((tainted, deleted, gone_at(a, who, name)?))
-                })
-                .await
-                .ok_or(format!(
-                    "the audit log lacks the taint PATCH, the taint DELETE or the final DELETE of {name}"
-                ))?;
-            d.push(ms_ns(deleted - tainted));
-            g.push(ms_ns(gone - tainted));
-        }
-        let (d, g) = (sorted(d), sorted(g));
-        println!(
-            "{}: taint stored -> DELETE received median {:.1} ms, p90 {:.1}, max {:.1}; -> gone median {:.1} ms (n={n})",
-            who.label(),
-            pct(&d, 50.0),
-            pct(&d, 90.0),
-            pct(&d, 100.0),
-            pct(&g, 50.0)
-        );
-        to_delete.push(d);
-        to_gone.push(g);
-        if who == Who::Kubelet {
-            set_taints(&s, Value::Null).await?;
-            s.keep_logs();
-        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    s.keep_logs();
-    Ok(vec![
-        pct_row(
-            format!("NoExecute taint -> DELETE, median (n={n}; k: controller manager)"),
-            "ms",
-            &to_delete,
-            50.0,
-        ),
-        pct_row(
-            format!("NoExecute taint -> pod gone, median (n={n})"),
-            "ms",
-            &to_gone,
-            50.0,
-        ),
-    ])
+    Ok(())
+}
+
+/// The admin's node PATCH (a taint's) sent at `wall0` (wall-clock ns) or after.
+pub(super) fn taint_patch(a: &[Rec], wall0: i64) -> Option<&Rec> {
+    a.iter().find(|r| {
+        r.user == ADMIN
+            && r.verb == "patch"
+            && r.resource == "nodes"
+            && r.sub.is_empty()
+            && r.received >= wall0 - 1_000_000
+    })
+}
+
+/// A request of the evictor of `who`'s run: the controller manager beside the kubelet,
+/// reaplet's own taint manager in its run.
+pub(super) fn by_evictor(r: &Rec, who: Who) -> bool {
+    match who {
+        Who::Kubelet => r.user == "system:kube-controller-manager",
+        Who::Reaplet => r.by(Who::Reaplet),
+    }
 }
 
 /// The admin's merge PATCH of the node's `spec.taints` (`null`: none).
-async fn set_taints(s: &Stack, taints: Value) -> R<()> {
+pub(super) async fn set_taints(s: &Stack, taints: Value) -> R<()> {
     let (code, v) = s
         .cluster
         .raw(
