@@ -816,6 +816,10 @@ async fn poweroff(n: &Node, since: Option<usize>) -> R<String> {
         },
     )?;
     let down = down.ok_or("no SIGTERM: the machine did not begin to go down in time")?;
+    // nobody held logind up to its limit: the kubelet released its inhibitor, reaplet had none
+    ensure(!super::poweroff::logind_timed_out(), || {
+        format!("logind's {SHUTDOWN_GRACE} s delay ran out (units stopped at {down:.2} s)")
+    })?;
     let last = ends.iter().map(|e| e.2).fold(0.0, f64::max);
     ensure(down >= last, || {
         format!("the units were stopped at {down:.2} s, before the last pod ended ({last:.2} s)")
