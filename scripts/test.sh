@@ -12,8 +12,10 @@
 # instances (each integration test starts its own private containerd 2.x through
 # testbed/testbed.sh), the compatibility job (Debian's containerd 1.6: a handover smoke test
 # and the single-pod benchmark), and the VM test (tests/vm: reaplet installed from the Debian package as a
-# systemd service next to containerd with the systemd cgroup driver, in a Debian guest under
-# qemu; its image is built once and cached in ~/.cache/reaplet/vm). Needs root: the tests run
+# systemd service next to containerd 2.x with the systemd cgroup driver, in a Debian guest under
+# qemu, booted twice: alone, then as a whole node beside the real kubelet with the API server on
+# the host; its image carries containerd 2.x and the kubelet built above, is built once and
+# cached in ~/.cache/reaplet/vm). Needs root: the tests run
 # containers, remove cgroups, mount a tmpfs and build the VM's root filesystem.
 #
 # Every step says what it does and how long it took. A failed set-up step (packages, images)
@@ -88,7 +90,7 @@ setup 2 "containerd 2.x" \
     testbed/containerd.sh build
 setup 3 "container images" "busybox and pause (testbed/testbed.sh images; cached, digests checked)" \
     quiet testbed/testbed.sh images
-setup 4 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes)" \
+setup 4 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes; it asks testbed/kube.sh for the kubelet, so a cold run builds the Kubernetes components here)" \
     quiet testbed/vm/image.sh
 setup 5 "Kubernetes components" \
     "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \

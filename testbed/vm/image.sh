@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Builds (or finds in the cache) the VM image reaplet's VM test boots: a Debian 12 root
-# filesystem with systemd, containerd (systemd cgroup driver) and runc, Debian's cloud kernel and
-# a tiny busybox initramfs. Prints the image directory (vmlinuz, initrd.gz, rootfs.img).
+# filesystem with systemd and Debian's runc, containerd 2.x (containerd, its runc shim and ctr
+# as testbed/containerd.sh builds them from the Go module proxy; systemd cgroup driver, schema-3
+# configuration) and the real kubelet as testbed/kube.sh builds it (installed, not enabled: the
+# VM test's node boot starts it), Debian's cloud kernel and a tiny busybox initramfs. Prints the
+# image directory (vmlinuz, initrd.gz, rootfs.img).
 #
 #   testbed/vm/image.sh            build if missing or stale, print the directory
 #   testbed/vm/image.sh --key      print the cache key only
 #
 # The cache lives outside the repository, in $REAPLET_CACHE_DIR/vm/<key> (default
 # ~/.cache/reaplet); the key covers the package list, the kernel package's version, the host's
-# apt sources and every file baked into the image (this script and testbed/vm/guest/*), so a
-# change to any of them builds a new image. Old images are removed after a successful build.
+# apt sources and every file baked into the image (this script, testbed/vm/guest/* and the
+# sha256 of the containerd, shim, ctr and kubelet binaries), so a change to any of them builds a
+# new image. Old images are removed after a successful build.
 # The image's files are recorded with their sha256 digests (SHA256SUMS) when it is built and
 # checked on every reuse (about 7 s for the 2 GiB root filesystem): a broken or truncated image
 # is rebuilt. Any failing command stops the script with a message naming the step.
@@ -21,7 +25,8 @@ shopt -s inherit_errexit
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${REAPLET_CACHE_DIR:-${HOME:-/root}/.cache/reaplet}/vm
 SUITE=bookworm
-PACKAGES=systemd,systemd-sysv,udev,dbus,kmod,containerd,runc,iproute2,busybox-static,procps
+# Debian's runc; containerd is the test bed's 2.x (below), not Debian's 1.6
+PACKAGES=systemd,systemd-sysv,udev,dbus,kmod,runc,iproute2,busybox-static,procps,mount
 SOURCES=/etc/apt/sources.list.d/debian.sources
 # the files an image consists of (all of them are covered by its SHA256SUMS)
 FILES=(vmlinuz initrd.gz rootfs.img kernel)
@@ -67,6 +72,20 @@ kernel_package() {
         awk '$1=="Depends:" && $2 ~ /^linux-image-[0-9]/ {print $2; exit}'
 }
 
+# the directories of the binaries baked into the image: containerd 2.x (testbed/containerd.sh)
+# and the kubelet (testbed/kube.sh); each builds what is missing into its cache first
+CONTAINERD_BIN=
+KUBE_BIN=
+binaries() {
+    [ -n "$CONTAINERD_BIN" ] && return
+    CONTAINERD_BIN=$(bash "$HERE/../containerd.sh" dir)
+    KUBE_BIN=$(bash "$HERE/../kube.sh" dir)
+    local b
+    for b in "$CONTAINERD_BIN"/{containerd,containerd-shim-runc-v2,ctr} "$KUBE_BIN/kubelet"; do
+        [ -x "$b" ] || die "no $b"
+    done
+}
+
 cache_key() {
     local kpkg kver
     kpkg=$(kernel_package)
@@ -77,6 +96,9 @@ cache_key() {
         grep -v '^#' "$SOURCES"
         cat "$HERE/image.sh"
         find "$HERE/guest" -type f | LC_ALL=C sort | xargs cat
+        binaries
+        sha256sum "$CONTAINERD_BIN"/{containerd,containerd-shim-runc-v2,ctr} "$KUBE_BIN/kubelet" |
+            cut -d' ' -f1
     } | sha256sum | cut -c1-16
 }
 
@@ -109,11 +131,19 @@ build() {
     printf '127.0.0.1 localhost\n127.0.1.1 reaplet-vm\n' >"$root/etc/hosts"
     printf 'LABEL=reaplet-vm / ext4 rw,noatime 0 1\n' >"$root/etc/fstab"
     printf 'overlay\n' >"$root/etc/modules-load.d/reaplet-vm.conf"
+    binaries
+    local b
+    for b in containerd containerd-shim-runc-v2 ctr; do
+        install -D -m 0755 "$CONTAINERD_BIN/$b" "$root/usr/local/bin/$b"
+    done
+    install -D -m 0755 "$KUBE_BIN/kubelet" "$root/usr/local/bin/kubelet"
     install -D -m 0644 "$HERE/guest/containerd.toml" "$root/etc/containerd/config.toml"
+    install -D -m 0644 "$HERE/guest/containerd.service" "$root/etc/systemd/system/containerd.service"
+    install -D -m 0644 "$HERE/guest/kubelet.service" "$root/etc/systemd/system/kubelet.service"
     install -D -m 0755 "$HERE/guest/runner.sh" "$root/usr/local/sbin/reaplet-vm-runner"
     install -D -m 0644 "$HERE/guest/reaplet-vm-runner.service" \
         "$root/etc/systemd/system/reaplet-vm-runner.service"
-    ln -sf /lib/systemd/system/containerd.service \
+    ln -sf /etc/systemd/system/containerd.service \
         "$root/etc/systemd/system/multi-user.target.wants/containerd.service"
     ln -sf /etc/systemd/system/reaplet-vm-runner.service \
         "$root/etc/systemd/system/multi-user.target.wants/reaplet-vm-runner.service"

@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "exits.rs"]
+mod exits;
+#[path = "node.rs"]
+mod node;
 #[path = "outage.rs"]
 mod outage;
 #[path = "package.rs"]
@@ -42,9 +46,10 @@ const SLACK: f64 = 4.0;
 
 pub fn main(args: &[String]) -> i32 {
     let (Some(inp), Some(out)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: vm-guest --guest IN OUT");
+        eprintln!("usage: vm-guest --guest IN OUT [agent|node]");
         return 2;
     };
+    let node_boot = args.get(2).map(String::as_str) == Some("node");
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,7 +60,11 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(PathBuf::from(inp), PathBuf::from(out)))
+    if node_boot {
+        rt.block_on(node::run(PathBuf::from(inp), PathBuf::from(out)))
+    } else {
+        rt.block_on(run(PathBuf::from(inp), PathBuf::from(out)))
+    }
 }
 
 struct Guest {
@@ -90,6 +99,13 @@ fn sh(cmd: &str, args: &[&str]) -> R<String> {
 
 fn show(unit: &str, prop: &str) -> String {
     sh("systemctl", &["show", "-P", prop, unit]).unwrap_or_default()
+}
+
+/// Writes a systemd drop-in (or any file) at `path`, its directory made first.
+fn drop_in(path: &str, text: impl AsRef<[u8]>) -> R<()> {
+    std::fs::create_dir_all(Path::new(path).parent().unwrap_or(Path::new("/")))
+        .and_then(|()| std::fs::write(path, text))
+        .map_err(|e| format!("writing {path}: {e}"))
 }
 
 fn ensure(cond: bool, msg: impl FnOnce() -> String) -> R<()> {
@@ -270,28 +286,38 @@ impl Guest {
     }
 }
 
+impl Guest {
+    /// The driver's view of the node: containerd's CRI, the test bed's pods (the systemd
+    /// driver, below the root cgroup), the results in `out`.
+    fn new(out: PathBuf) -> R<Guest> {
+        let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_lowercase())
+            .unwrap_or_default();
+        let tb = Testbed::attach(PathBuf::from("/var/lib/reaplet-vm"), "/".into())
+            .with_runtime(PathBuf::from(SOCKET), CgroupDriver::Systemd);
+        let cri = CriClient::new(&CriConfig {
+            endpoint: format!("unix://{SOCKET}"),
+            request_timeout: Duration::from_secs(60),
+        })
+        .map_err(|e| format!("CRI client: {e}"))?;
+        Ok(Guest {
+            out,
+            tb,
+            cri,
+            node,
+            failed: 0,
+        })
+    }
+
+    /// [`Guest::new`], or `None` with the error said.
+    fn start(out: PathBuf) -> Option<Guest> {
+        Guest::new(out).map_err(|e| eprintln!("{e}")).ok()
+    }
+}
+
 async fn run(inp: PathBuf, out: PathBuf) -> i32 {
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_lowercase())
-        .unwrap_or_default();
-    let tb = Testbed::attach(PathBuf::from("/var/lib/reaplet-vm"), "/".into())
-        .with_runtime(PathBuf::from(SOCKET), CgroupDriver::Systemd);
-    let cri = match CriClient::new(&CriConfig {
-        endpoint: format!("unix://{SOCKET}"),
-        request_timeout: Duration::from_secs(60),
-    }) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("CRI client: {e}");
-            return 1;
-        }
-    };
-    let mut g = Guest {
-        out,
-        tb,
-        cri,
-        node,
-        failed: 0,
+    let Some(mut g) = Guest::start(out) else {
+        return 1;
     };
     let t = Instant::now();
     let r = setup(&g, &inp).await;

@@ -1,7 +1,12 @@
-//! Host side: image, inputs, one qemu boot (KVM when `/dev/kvm` is usable, TCG otherwise:
-//! [`reaplet::testbed::Accel`]), the report.
+//! Host side: image, inputs, two qemu boots of the one image (KVM when `/dev/kvm` is usable,
+//! TCG otherwise: [`reaplet::testbed::Accel`]), the report. The agent boot runs reaplet beside
+//! containerd with no kubelet; the node boot adds the real kubelet and the real kube-apiserver +
+//! etcd, which run here on the host ([`crate::k8s::Cluster`]) and which the guest reaches only
+//! through qemu's user-mode network (`restrict=on`): a `guestfwd` of 10.0.2.100:6443 to this
+//! binary's `--relay` (stdin/stdout to the API server's loopback port) and one of 10.0.2.101:80
+//! to its `--audit` (the API server's audit log, served once per connection).
 
-use crate::{Outcome, SCENARIOS};
+use crate::{AGENT_SCENARIOS, Boot, NODE, NODE_SCENARIOS, Outcome};
 use reaplet::testbed::{ACCEL_ENV, Accel, KVM_DEVICE};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,6 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const QEMU: &str = "qemu-system-x86_64";
+/// The guest's memory: containerd, the kubelet, reaplet and the pods of the node boot.
+const MEMORY_MB: &str = "1536";
 
 fn loud(msg: &str) -> i32 {
     eprintln!("\n*** reaplet VM test FAILED: {msg} ***\n");
@@ -64,6 +71,9 @@ struct Disks<'a> {
     in_tar: &'a Path,
     out_img: &'a Path,
     console: &'a Path,
+    /// The node boot's qemu network (`-netdev` argument); the agent boot has none.
+    netdev: Option<String>,
+    boot: Boot,
 }
 
 /// How one boot ended.
@@ -80,7 +90,7 @@ enum Booted {
 const GUEST_STARTED: &str = "runner: guest driver starting";
 
 /// Boots the VM once with `accel`, on a fresh results disk and console log.
-fn boot(accel: &Accel, d: &Disks<'_>, limit: Duration) -> Result<Booted, String> {
+fn boot_once(accel: &Accel, d: &Disks<'_>, limit: Duration) -> Result<Booted, String> {
     std::fs::File::create(d.out_img)
         .and_then(|f| f.set_len(256 << 20))
         .map_err(|e| format!("creating {}: {e}", d.out_img.display()))?;
@@ -99,16 +109,24 @@ fn boot(accel: &Accel, d: &Disks<'_>, limit: Duration) -> Result<Booted, String>
     };
     let mut qemu = Command::new(QEMU);
     qemu.args(accel.qemu_args())
-        .args(["-machine", "pc", "-smp", "2", "-m", "1024"])
-        .args(["-nographic", "-no-reboot", "-nic", "none"])
-        .arg("-kernel")
+        .args(["-machine", "pc", "-smp", "2", "-m", MEMORY_MB])
+        .args(["-nographic", "-no-reboot"]);
+    match &d.netdev {
+        Some(n) => qemu
+            .arg("-netdev")
+            .arg(n)
+            .args(["-device", "virtio-net-pci,netdev=net0"]),
+        None => qemu.args(["-nic", "none"]),
+    };
+    qemu.arg("-kernel")
         .arg(d.image.join("vmlinuz"))
         .arg("-initrd")
         .arg(d.image.join("initrd.gz"))
-        .args([
-            "-append",
-            "console=ttyS0 quiet panic=-1 reaplet.vmtest systemd.show_status=0",
-        ])
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 quiet panic=-1 reaplet.vmtest reaplet.boot={} systemd.show_status=0",
+            d.boot.name()
+        ))
         .args(drive(&d.image.join("rootfs.img"), "root", ",snapshot=on"))
         .args(drive(d.in_tar, "in", ",readonly=on"))
         .args(drive(d.out_img, "out", ""))
@@ -153,25 +171,176 @@ fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-fn selected(args: &[String]) -> bool {
-    // `cargo test FILTER` passes the filter to every test binary: boot only when it matches
+/// The boots whose scenarios match the filter `cargo test FILTER` passes to every test binary:
+/// a boot runs only when one of its scenarios matches (all of them without a filter).
+fn selected(args: &[String]) -> Vec<Boot> {
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    filters.is_empty()
-        || SCENARIOS.iter().any(|s| {
-            filters
-                .iter()
-                .any(|f| format!("vm::{s}").contains(f.as_str()))
+    [Boot::Agent, Boot::Node]
+        .into_iter()
+        .filter(|b| {
+            filters.is_empty()
+                || b.scenarios().iter().any(|s| {
+                    filters
+                        .iter()
+                        .any(|f| format!("vm::{s}").contains(f.as_str()))
+                })
         })
+        .collect()
+}
+
+/// What the report needs of one boot.
+struct Report {
+    boot: Boot,
+    passed: usize,
+    failed: usize,
+    ran: Duration,
+}
+
+/// The host's part of the node boot: the API server and etcd, and what the guest gets of them.
+struct NodeSide {
+    rt: tokio::runtime::Runtime,
+    cluster: crate::k8s::Cluster,
+}
+
+/// The API server's address as the guest sees it (qemu's guestfwd to this binary's relay).
+pub const GUEST_API: &str = "10.0.2.100:6443";
+/// Where the guest reads the API server's audit log (qemu's guestfwd to `--audit`).
+pub const GUEST_AUDIT: &str = "10.0.2.101:80";
+/// Where the guest keeps the PKI files the host gives it (kubeadm's directory).
+pub const GUEST_PKI: &str = "/etc/kubernetes/pki";
+
+/// A kubeconfig naming the guest's paths (the files are copied to [`GUEST_PKI`] there).
+fn guest_kubeconfig(user: &str, file: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: vm\n  cluster:\n    server: https://{GUEST_API}\n    certificate-authority: {GUEST_PKI}/ca.crt\nusers:\n- name: {user}\n  user:\n    client-certificate: {GUEST_PKI}/{file}.crt\n    client-key: {GUEST_PKI}/{file}.key\ncontexts:\n- name: vm\n  context:\n    cluster: vm\n    user: {user}\ncurrent-context: vm\n"
+    )
+}
+
+impl NodeSide {
+    /// etcd and the API server with the guest's Node, and the guest's files in `inputs/kube`:
+    /// the CA, the node's and an admin's client certificates, their kubeconfigs.
+    fn start(inputs: &Path) -> Result<NodeSide, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("tokio: {e}"))?;
+        let cluster = rt.block_on(crate::k8s::Cluster::start(crate::k8s::Options {
+            nodes: vec![NODE.into()],
+        }));
+        let dir = inputs.join("kube");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let node = cluster.node_identity(NODE);
+        let admin = cluster.pki.client("admin", &["system:masters"]);
+        let copies = [
+            (cluster.pki.ca.clone(), "ca.crt"),
+            (node.cert, "node.crt"),
+            (node.key, "node.key"),
+            (admin.cert, "admin.crt"),
+            (admin.key, "admin.key"),
+        ];
+        for (from, to) in copies {
+            std::fs::copy(&from, dir.join(to))
+                .map_err(|e| format!("copying {}: {e}", from.display()))?;
+        }
+        for (user, file) in [
+            (format!("system:node:{NODE}"), "node"),
+            ("admin".into(), "admin"),
+        ] {
+            std::fs::write(
+                dir.join(format!("{file}.kubeconfig")),
+                guest_kubeconfig(&user, file),
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(NodeSide { rt, cluster })
+    }
+
+    /// qemu's user-mode network for the guest: isolated (`restrict=on`), with the two forwards
+    /// to this binary (qemu spawns the command for each connection the guest opens).
+    fn netdev(&self, me: &Path) -> String {
+        format!(
+            "user,id=net0,restrict=on,guestfwd=tcp:{GUEST_API}-cmd:{me} --relay 127.0.0.1:{port},\
+             guestfwd=tcp:{GUEST_AUDIT}-cmd:{me} --audit {audit}",
+            me = me.display(),
+            port = self.cluster.port,
+            audit = self.cluster.audit_log.display()
+        )
+    }
+}
+
+/// This process's standard input or output as a plain file: qemu gives both ends of the
+/// guest's connection as descriptors 0 and 1 (and 2: nothing may be written to stderr), and
+/// std's buffered `Stdout` would hold binary data back until a newline.
+fn std_file(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::fs::File> {
+    fd.try_clone_to_owned().ok().map(std::fs::File::from)
+}
+
+/// `--relay ADDR`: qemu's guestfwd connects the guest's connection to this process's stdin and
+/// stdout; they are copied to and from a TCP connection to ADDR (the API server on loopback)
+/// until either side closes.
+pub fn relay(addr: &str) -> i32 {
+    use std::os::fd::AsFd;
+    let (Some(mut input), Some(mut output)) = (
+        std_file(std::io::stdin().as_fd()),
+        std_file(std::io::stdout().as_fd()),
+    ) else {
+        return 1;
+    };
+    let Ok(up) = std::net::TcpStream::connect(addr) else {
+        return 1;
+    };
+    let Ok(mut down) = up.try_clone() else {
+        return 1;
+    };
+    std::thread::spawn(move || {
+        let mut up = up;
+        let _ = std::io::copy(&mut input, &mut up);
+        let _ = up.shutdown(std::net::Shutdown::Write);
+    });
+    // until the server closes; the guest's side ends with this process
+    let _ = std::io::copy(&mut down, &mut output);
+    0
+}
+
+/// `--audit PATH`: answers one HTTP request on stdin/stdout with the file at PATH (the API
+/// server's audit log as it is now).
+pub fn audit(path: &str) -> i32 {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let (Some(mut input), Some(mut output)) = (
+        std_file(std::io::stdin().as_fd()),
+        std_file(std::io::stdout().as_fd()),
+    ) else {
+        return 1;
+    };
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
+        match input.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = std::fs::read(path).unwrap_or_default();
+    let head = format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: application/jsonl\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = output.write_all(head.as_bytes());
+    let _ = output.write_all(&body);
+    0
 }
 
 pub fn main(args: &[String]) -> i32 {
     if args.iter().any(|a| a == "--list") {
-        for s in SCENARIOS {
+        for s in AGENT_SCENARIOS.iter().chain(NODE_SCENARIOS) {
             println!("vm::{s}: test");
         }
         return 0;
     }
-    if !selected(args) {
+    let boots = selected(args);
+    if boots.is_empty() {
         println!("vm: no scenario matches the filter; the VM was not booted");
         return 0;
     }
@@ -215,16 +384,6 @@ pub fn main(args: &[String]) -> i32 {
         }
         Err(e) => return loud(&format!("qemu cannot run here ({QEMU}: {e})")),
     }
-
-    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm");
-    let _ = std::fs::remove_dir_all(&work);
-    let inputs = work.join("in");
-    let results = work.join("out");
-    if let Err(e) =
-        std::fs::create_dir_all(&inputs).and_then(|()| std::fs::create_dir_all(&results))
-    {
-        return loud(&format!("creating {}: {e}", work.display()));
-    }
     let me = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => return loud(&format!("own path: {e}")),
@@ -232,7 +391,7 @@ pub fn main(args: &[String]) -> i32 {
     // the guest installs reaplet from the packages; the test-hooks build is for the watchdog
     // scenario alone (the package never has the hooks)
     let copies: [(PathBuf, &str); 7] = [
-        (me, "vm-guest"),
+        (me.clone(), "vm-guest"),
         (deb, "reaplet.deb"),
         (upgrade_deb, "reaplet-upgrade.deb"),
         (
@@ -243,24 +402,6 @@ pub fn main(args: &[String]) -> i32 {
         (images.join("busybox.tar"), "busybox.tar"),
         (images.join("pause.tar"), "pause.tar"),
     ];
-    for (from, to) in &copies {
-        if let Err(e) = std::fs::copy(from, inputs.join(to)) {
-            return loud(&format!("copying {}: {e}", from.display()));
-        }
-    }
-    let in_tar = work.join("in.tar");
-    let out_img = work.join("out.img");
-    let tar = Command::new("tar")
-        .arg("-cf")
-        .arg(&in_tar)
-        .arg("-C")
-        .arg(&inputs)
-        .arg(".")
-        .status();
-    if !matches!(tar, Ok(s) if s.success()) {
-        return loud("packing the inputs with tar failed");
-    }
-    let console = work.join("console.log");
     let limit = Duration::from_secs(
         std::env::var("REAPLET_VM_TIMEOUT")
             .ok()
@@ -272,27 +413,124 @@ pub fn main(args: &[String]) -> i32 {
         Ok(a) => a,
         Err(e) => return loud(&e),
     };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm");
+    let _ = std::fs::remove_dir_all(&root);
+    let mut reports = Vec::new();
+    let mut failed = 0;
+    for boot in boots {
+        match run_boot(boot, &root, &copies, &image, &me, limit, &mut accel) {
+            Ok(r) => {
+                failed += r.failed;
+                reports.push(r);
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!(
+                    "\n*** reaplet VM test: the {} boot FAILED: {e} ***\n",
+                    boot.name()
+                );
+            }
+        }
+    }
+    let total: Duration = reports.iter().map(|r| r.ran).sum();
+    let times: Vec<String> = reports
+        .iter()
+        .map(|r| {
+            format!(
+                "{} boot {} passed, {} failed in {:.1} s",
+                r.boot.name(),
+                r.passed,
+                r.failed,
+                r.ran.as_secs_f64()
+            )
+        })
+        .collect();
+    println!(
+        "\nvm: {}; image ready in {:.1} s, boots + scenarios + power-offs {:.1} s under {}; \
+         results and journals in {}",
+        times.join("; "),
+        prepared.as_secs_f64(),
+        total.as_secs_f64(),
+        match accel {
+            Accel::Kvm => "KVM",
+            Accel::Tcg(_) => "TCG",
+        },
+        root.display()
+    );
+    if failed > 0 {
+        if reports.is_empty() {
+            return loud("no boot ran");
+        }
+        1
+    } else {
+        0
+    }
+}
+
+/// One boot: its inputs, qemu (again with TCG when KVM does not work: `accel` keeps the
+/// choice for the next boot), the results.
+fn run_boot(
+    boot: Boot,
+    root: &Path,
+    copies: &[(PathBuf, &str)],
+    image: &Path,
+    me: &Path,
+    limit: Duration,
+    accel: &mut Accel,
+) -> Result<Report, String> {
+    let work = root.join(boot.name());
+    let inputs = work.join("in");
+    let results = work.join("out");
+    std::fs::create_dir_all(&inputs)
+        .and_then(|()| std::fs::create_dir_all(&results))
+        .map_err(|e| format!("creating {}: {e}", work.display()))?;
+    for (from, to) in copies {
+        std::fs::copy(from, inputs.join(to))
+            .map_err(|e| format!("copying {}: {e}", from.display()))?;
+    }
+    let node = match boot {
+        Boot::Agent => None,
+        Boot::Node => {
+            println!("vm: starting etcd and kube-apiserver for the node boot (tests/common/kube)");
+            Some(NodeSide::start(&inputs)?)
+        }
+    };
+    let in_tar = work.join("in.tar");
+    let out_img = work.join("out.img");
+    let tar = Command::new("tar")
+        .arg("-cf")
+        .arg(&in_tar)
+        .arg("-C")
+        .arg(&inputs)
+        .arg(".")
+        .status();
+    if !matches!(tar, Ok(s) if s.success()) {
+        return Err("packing the inputs with tar failed".into());
+    }
+    let console = work.join("console.log");
     let disks = Disks {
-        image: &image,
+        image,
         in_tar: &in_tar,
         out_img: &out_img,
         console: &console,
+        netdev: node.as_ref().map(|n| n.netdev(me)),
+        boot,
     };
     let (exit, ran) = loop {
         println!(
-            "vm: booting (qemu with {}, 2 vCPUs, 1 GiB; limit {limit:?}); console in {}",
+            "vm: {} boot (qemu with {}, 2 vCPUs, {MEMORY_MB} MiB; limit {limit:?}); console in {}",
+            boot.name(),
             accel.describe(),
             console.display()
         );
-        let next = match boot(&accel, &disks, limit) {
-            Err(e) => return loud(&e),
-            Ok(Booted::Exited(s, ran)) if s.success() => break (Some(s), ran),
-            Ok(Booted::TimedOut(ran)) => break (None, ran),
-            Ok(Booted::Exited(s, ran)) => match accel.fallback(&format!("qemu failed ({s})")) {
+        let next = match boot_once(accel, &disks, limit)? {
+            Booted::Exited(s, ran) if s.success() => break (Some(s), ran),
+            Booted::TimedOut(ran) => break (None, ran),
+            Booted::Exited(s, ran) => match accel.fallback(&format!("qemu failed ({s})")) {
                 None => break (Some(s), ran),
                 Some(next) => next,
             },
-            Ok(Booted::NotStarted(ran)) => {
+            Booted::NotStarted(ran) => {
                 match accel.fallback(&format!(
                     "the guest did not start within {:.0} s",
                     ran.as_secs_f64()
@@ -304,15 +542,25 @@ pub fn main(args: &[String]) -> i32 {
         };
         eprintln!("console (last 10 lines):\n{}", tail(&console, 10));
         println!("vm: KVM does not work here; booting again with TCG");
-        accel = next;
+        *accel = next;
     };
+    // the API server's log and audit log beside the guest's results (the cluster's directory
+    // goes with it)
+    if let Some(n) = &node {
+        let _ = std::fs::copy(&n.cluster.audit_log, work.join("audit.log"));
+        let _ = std::fs::copy(&n.cluster.apiserver.log, work.join("kube-apiserver.log"));
+    }
+    if let Some(NodeSide { rt, cluster }) = node {
+        // its processes are stopped by PID, its client closed on the runtime it was made on
+        rt.block_on(async move { drop(cluster) });
+    }
     let Some(exit) = exit else {
         eprintln!("console (last 40 lines):\n{}", tail(&console, 40));
-        return loud(&format!("the VM did not power off within {limit:?}"));
+        return Err(format!("the VM did not power off within {limit:?}"));
     };
     if !exit.success() {
         eprintln!("console (last 40 lines):\n{}", tail(&console, 40));
-        return loud(&format!("qemu failed ({exit}): it cannot run here"));
+        return Err(format!("qemu failed ({exit}): it cannot run here"));
     }
     let untar = Command::new("tar")
         .arg("-xf")
@@ -323,7 +571,7 @@ pub fn main(args: &[String]) -> i32 {
         .status();
     if !matches!(untar, Ok(s) if s.success()) {
         eprintln!("console (last 60 lines):\n{}", tail(&console, 60));
-        return loud("the guest wrote no results (it did not reach the runner)");
+        return Err("the guest wrote no results (it did not reach the runner)".into());
     }
     let outcomes: Vec<Outcome> = std::fs::read_to_string(results.join("results.jsonl"))
         .unwrap_or_default()
@@ -331,11 +579,17 @@ pub fn main(args: &[String]) -> i32 {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
 
+    let scenarios = boot.scenarios();
     let mut failed = 0;
     let stdout = std::io::stdout();
     let mut o = stdout.lock();
-    let _ = writeln!(o, "\nrunning {} VM scenarios", SCENARIOS.len());
-    for name in SCENARIOS {
+    let _ = writeln!(
+        o,
+        "\nrunning {} VM scenarios ({} boot)",
+        scenarios.len(),
+        boot.name()
+    );
+    for name in scenarios {
         match outcomes.iter().find(|r| r.scenario == *name) {
             Some(r) if r.ok => {
                 let _ = writeln!(
@@ -360,11 +614,17 @@ pub fn main(args: &[String]) -> i32 {
     }
     for r in outcomes
         .iter()
-        .filter(|r| !r.ok && !SCENARIOS.contains(&r.scenario.as_str()))
+        .filter(|r| !r.ok && !scenarios.contains(&r.scenario.as_str()))
     {
         failed += 1;
         let _ = writeln!(o, "guest step {} ... FAILED\n    {}", r.scenario, r.detail);
     }
+    let _ = writeln!(
+        o,
+        "vm: {} boot: boot + scenarios + power-off {:.1} s",
+        boot.name(),
+        ran.as_secs_f64()
+    );
     drop(o);
     if failed > 0 {
         eprintln!(
@@ -379,21 +639,20 @@ pub fn main(args: &[String]) -> i32 {
             "--- containerd journal (last 30 lines)\n{}",
             tail(&results.join("containerd.journal"), 30)
         );
+        if boot == Boot::Node {
+            eprintln!(
+                "--- kubelet journal (last 40 lines)\n{}",
+                tail(&results.join("kubelet.journal"), 40)
+            );
+        }
     }
-    println!(
-        "\nvm: {} passed, {failed} failed; image ready in {:.1} s, boot + scenarios + power-off {:.1} s \
-         under {}; results and journals in {}",
-        SCENARIOS
+    Ok(Report {
+        boot,
+        passed: scenarios
             .iter()
             .filter(|n| outcomes.iter().any(|r| r.scenario == **n && r.ok))
             .count(),
-        prepared.as_secs_f64(),
-        ran.as_secs_f64(),
-        match accel {
-            Accel::Kvm => "KVM",
-            Accel::Tcg(_) => "TCG",
-        },
-        results.display()
-    );
-    if failed > 0 { 1 } else { 0 }
+        failed,
+        ran,
+    })
 }

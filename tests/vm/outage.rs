@@ -22,16 +22,13 @@ const PROMPT: Duration = Duration::from_secs(30);
 pub(super) async fn upgrade_during_api_outage(g: &Guest, inp: &Path) -> R<String> {
     let api = ApiServer::start().await;
     let kc = api_kubeconfig(&api, &g.node)?;
-    std::fs::create_dir_all(Path::new(DROP_IN).parent().unwrap_or(Path::new("/")))
-        .map_err(|e| e.to_string())?;
-    std::fs::write(
+    super::drop_in(
         DROP_IN,
         format!(
             "[Service]\nEnvironment=REAPLET_KUBECONFIG={} REAPLET_AUTHORITY=primary\n",
             kc.display()
         ),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let r = upgrade(g, inp, &api).await;
     let _ = std::fs::remove_file(DROP_IN);
     let _ = sh("systemctl", &["daemon-reload"]);

@@ -82,9 +82,7 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
     std::fs::write(vol.join("token"), "eyJhbGciOi...").map_err(|e| e.to_string())?;
 
     // the unit in standby, as an operator would configure it (a drop-in)
-    std::fs::create_dir_all(Path::new(DROP_IN).parent().unwrap_or(Path::new("/")))
-        .map_err(|e| e.to_string())?;
-    std::fs::write(
+    super::drop_in(
         DROP_IN,
         format!(
             "[Service]\nEnvironment=REAPLET_KUBECONFIG={} REAPLET_AUTHORITY=standby \
@@ -93,8 +91,7 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
             kc.display(),
             TAKEOVER_AFTER.as_secs()
         ),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     sh("systemctl", &["daemon-reload"])?;
     sh("systemctl", &["start", UNIT])?;
     let r = rescue(g, &api, &p, &vol, &mut kubelet).await;

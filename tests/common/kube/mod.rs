@@ -78,7 +78,8 @@ pub struct Audit {
 }
 
 impl Audit {
-    fn parse(v: &Value) -> Audit {
+    /// One line of the audit log, decoded.
+    pub fn parse(v: &Value) -> Audit {
         let s = |x: &Value| x.as_str().unwrap_or("").to_owned();
         let o = &v["objectRef"];
         Audit {

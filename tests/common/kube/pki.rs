@@ -1,6 +1,6 @@
 //! The test cluster's PKI, made with the `openssl` command line (Debian's openssl, on every
 //! machine of this kind): one CA, the API server's serving certificate (127.0.0.1, localhost),
-//! a client certificate per identity (the name as CN, the groups as O, exactly what the API
+//! (and 10.0.2.100, the VM test's guest's view of it), a client certificate per identity (the name as CN, the groups as O, exactly what the API
 //! server's x509 authenticator reads), the service-account signing key. EC P-256 keys in
 //! PKCS#8: quick to make and read by Go, rustls and kube-rs alike.
 
@@ -82,7 +82,8 @@ impl Pki {
             &pki.serving_key,
             &pki.serving_cert,
             "/CN=kube-apiserver",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes\nextendedKeyUsage=serverAuth",
+            // 10.0.2.100: the address the VM test's guest reaches it at (qemu's guestfwd)
+            "subjectAltName=IP:127.0.0.1,IP:10.0.2.100,DNS:localhost,DNS:kubernetes\nextendedKeyUsage=serverAuth",
         );
         key(&pki.sa_key);
         openssl(&[

@@ -1,0 +1,876 @@
+//! The node boot: the guest is a whole node. containerd 2.x on cgroup v2 with the systemd
+//! driver, the real kubelet v1.36 (kubeadm's paths: `/var/lib/kubelet/config.yaml`,
+//! `/etc/kubernetes/kubelet.conf`; the systemd cgroup driver, its own `staticPodPath`, graceful
+//! node shutdown 30 s / 5 s for critical pods), reaplet installed from its Debian package with
+//! the package's own configuration (which reads the kubelet's file and kubeconfig) as the
+//! standby service beside it (`takeoverAfter: 20s` through a drop-in), and the real
+//! kube-apiserver + etcd on the host, reached at 10.0.2.100:6443 through qemu's user-mode
+//! network. The API writes are judged from the API server's audit log (10.0.2.101:80): the
+//! kubelet's and reaplet's requests are told apart by their User-Agent (both authenticate as
+//! `system:node:reaplet-vm`). Container exits come from containerd's events (`exits.rs`).
+//!
+//! Every pod is created at the start, by an admin, bound to the node, and run by the kubelet;
+//! the scenarios then run in order, each judged on its own:
+//! 1. `node_beside_live_kubelet_writes_nothing`: two pods deleted, the kubelet ends them;
+//!    reaplet (passive since its start) writes nothing at all;
+//! 2. `node_takeover_ends_deleted_pods`: `systemctl stop kubelet`; reaplet takes over; two pods
+//!    deleted: the preStop hook and SIGTERM (exit 0), SIGKILL at the 5 s grace and never before
+//!    (137); reaplet's status PATCH and DELETE; slices, cgroups, the emptyDir tmpfs, running
+//!    containers and ready sandboxes gone;
+//! 3. `node_upgrade_while_active_keeps_terminations`: reaplet active, a TERM-ignoring pod
+//!    (grace 15) deleted, the package upgraded 3 s later (postinst's `try-restart`): the new
+//!    process resumes at once, the pod is SIGKILLed at its grace (no gap: a new takeover would
+//!    have added 20 s), and the running pod beside it is untouched;
+//! 4. `node_handback_writes_nothing_more`: `systemctl start kubelet`: reaplet hands back, and
+//!    writes nothing after its `ReapletHandedBack` event (the window runs through the power-off);
+//! 5. `node_poweroff_kubelet_owns_graceful_shutdown` (the last: it powers the guest off): the
+//!    kubelet alone holds logind's delay inhibitor (its `99-kubelet.conf` gives logind its 30 s)
+//!    and ends the pods (SIGTERM honoured: 0; a TERM-ignoring pod SIGKILLed at its own 4 s
+//!    grace); reaplet, passive, holds no inhibitor, logs the shutdown and writes nothing.
+
+use super::exits::Exits;
+use super::{Guest, R, REAPLET, SLACK, UNIT, ensure, secs, sh, show, wait_for};
+use crate::host::{GUEST_AUDIT, GUEST_PKI};
+use crate::k8s::{self, Audit};
+use reaplet::cri::{ContainerRunState, Runtime};
+use reaplet::pod::PodUid;
+use reaplet::testbed::{BUSYBOX_IMAGE, IGNORES_TERM, TRAPS_TERM};
+use reaplet::wall_ns;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const KUBELET: &str = "kubelet";
+const KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+const KUBELET_KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
+const ADMIN_KUBECONFIG: &str = "/etc/kubernetes/admin.conf";
+const STATIC_PODS: &str = "/etc/kubernetes/manifests";
+const DROP_IN: &str = "/etc/systemd/system/reaplet.service.d/node.conf";
+const KUBELET_LOGIND: &str = "/etc/systemd/logind.conf.d/99-kubelet.conf";
+/// reaplet's takeover threshold (its minimum).
+const TAKEOVER_AFTER: u64 = 20;
+/// The kubelet's graceful node shutdown.
+const SHUTDOWN_GRACE: u64 = 30;
+const SHUTDOWN_CRITICAL: u64 = 5;
+/// How long the hand-back window is watched before the power-off (which it runs through).
+const WINDOW: Duration = Duration::from_secs(8);
+
+/// The kubelet's configuration: the systemd driver on cgroup v2, its own static pod directory,
+/// graceful node shutdown; healthz on loopback (reaplet probes it); image GC and eviction off
+/// (the test images are imported, never pulled).
+fn kubelet_config() -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix://{socket}
+staticPodPath: {STATIC_PODS}
+failSwapOn: false
+address: 127.0.0.1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: {GUEST_PKI}/ca.crt}}
+authorization: {{mode: AlwaysAllow}}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}}
+syncFrequency: 10s
+resolvConf: ""
+shutdownGracePeriod: {SHUTDOWN_GRACE}s
+shutdownGracePeriodCriticalPods: {SHUTDOWN_CRITICAL}s
+"#,
+        socket = super::SOCKET
+    )
+}
+
+/// A pod of one container `app` running `script`, bound to the node, on the host network.
+fn pod(node: &str, name: &str, grace: i64, script: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    })
+}
+
+/// What the kubelet made of a pod.
+#[derive(Clone, Debug)]
+struct Running {
+    uid: String,
+    /// (container name, container ID)
+    containers: Vec<(String, String)>,
+}
+
+struct Node {
+    g: Guest,
+    api: kube::Client,
+    exits: Exits,
+    pods: BTreeMap<String, Running>,
+}
+
+/// The pods, by scenario.
+const LIVE: [&str; 2] = ["live-term", "live-kill"];
+const TAKEN: [&str; 2] = ["hooked", "stubborn"];
+const SLOW: &str = "slow";
+const SLOW_GRACE: i64 = 15;
+const BYSTANDER: &str = "bystander";
+const PW_KILL: &str = "pw-kill";
+const PW_GRACE: i64 = 4;
+
+fn pods(node: &str) -> Vec<Value> {
+    let mut hooked = pod(node, "hooked", 30, TRAPS_TERM);
+    hooked["spec"]["containers"][0]["lifecycle"] = json!({"preStop": {"exec": {"command":
+        ["/bin/sh", "-c", "echo prestop-ran > /proc/1/fd/1; sleep 1"]}}});
+    // a tmpfs the kubelet mounts and, with the kubelet gone, reaplet tears down
+    hooked["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    hooked["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {"medium": "Memory"}}]);
+    vec![
+        pod(node, LIVE[0], 30, TRAPS_TERM),
+        pod(node, LIVE[1], 3, IGNORES_TERM),
+        hooked,
+        pod(node, TAKEN[1], 5, IGNORES_TERM),
+        pod(node, SLOW, SLOW_GRACE, IGNORES_TERM),
+        pod(node, BYSTANDER, 30, TRAPS_TERM),
+        pod(node, PW_KILL, PW_GRACE, IGNORES_TERM),
+    ]
+}
+
+fn is_reaplet(a: &Audit) -> bool {
+    a.user_agent.starts_with("reaplet")
+}
+
+fn is_kubelet(a: &Audit) -> bool {
+    a.user_agent.starts_with("kubelet")
+}
+
+fn lines(v: &[&Audit]) -> Vec<String> {
+    v.iter()
+        .map(|a| format!("{} ({})", a.line(), a.user_agent))
+        .collect()
+}
+
+/// The API server's audit log as it is now, through 10.0.2.101:80.
+async fn audit() -> R<Vec<Audit>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut s = tokio::net::TcpStream::connect(GUEST_AUDIT)
+            .await
+            .map_err(|e| format!("connecting to the audit log at {GUEST_AUDIT}: {e}"))?;
+        s.write_all(b"GET /audit.log HTTP/1.0\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(60), fetch)
+        .await
+        .map_err(|_| "the audit log did not arrive within 60 s".to_string())??;
+    let text = String::from_utf8_lossy(&buf);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .ok_or("no HTTP answer from the audit relay")?;
+    Ok(body
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| Audit::parse(&v))
+        .collect())
+}
+
+fn journal(unit: &str) -> String {
+    sh("journalctl", &["-u", unit, "--no-pager", "-o", "cat"]).unwrap_or_default()
+}
+
+impl Node {
+    async fn api(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let ct = (method == "PATCH").then_some("application/merge-patch+json");
+        k8s::send(&self.api, method, path, ct, body).await
+    }
+
+    async fn get_pod(&self, name: &str) -> R<Option<Value>> {
+        match self
+            .api(
+                "GET",
+                &format!("/api/v1/namespaces/default/pods/{name}"),
+                None,
+            )
+            .await
+        {
+            (200, v) => Ok(Some(v)),
+            (404, _) => Ok(None),
+            (c, v) => Err(format!("GET pod {name}: {c} {v}")),
+        }
+    }
+
+    /// Deletes `name` (its own grace); the wall time just before the request.
+    async fn delete(&self, name: &str) -> R<i64> {
+        let at = wall_ns();
+        let (c, v) = self
+            .api(
+                "DELETE",
+                &format!("/api/v1/namespaces/default/pods/{name}"),
+                None,
+            )
+            .await;
+        ensure(c == 200, || format!("DELETE {name}: {c} {v}"))?;
+        Ok(at)
+    }
+
+    async fn wait_gone(&self, name: &str, limit: Duration) -> R<()> {
+        wait_for(
+            limit,
+            &format!("pod {name} to be gone from the API"),
+            || async { matches!(self.get_pod(name).await, Ok(None)).then_some(()) },
+        )
+        .await
+    }
+
+    fn running(&self, name: &str) -> R<&Running> {
+        self.pods
+            .get(name)
+            .ok_or_else(|| format!("pod {name} never ran"))
+    }
+
+    fn uid(&self, name: &str) -> R<PodUid> {
+        PodUid::parse(&self.running(name)?.uid).map_err(|e| format!("{name}'s uid: {e}"))
+    }
+
+    /// The exits of `name`'s containers, read from containerd's events.
+    async fn exits_of(&self, name: &str, limit: Duration) -> R<Vec<(String, i32, i64)>> {
+        let r = self.running(name)?;
+        self.exits
+            .wait(&r.containers, limit)
+            .await
+            .map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// Nothing of `name` is left on the node: no running container, no ready sandbox, its
+    /// slice (directory and systemd unit) gone, nothing mounted below its pod directory.
+    async fn nothing_left(&self, name: &str) -> R<String> {
+        let uid = self.uid(name)?;
+        let slice = self.g.wait_slice_gone(&uid).await?;
+        let cs = self
+            .g
+            .cri
+            .list_containers(Some(uid.as_str()))
+            .await
+            .map_err(|e| e.to_string())?;
+        ensure(cs.iter().all(|c| !c.state.may_run()), || {
+            format!("{name}: containers still running: {cs:?}")
+        })?;
+        let sbs = self
+            .g
+            .cri
+            .list_sandboxes(Some(uid.as_str()))
+            .await
+            .map_err(|e| e.to_string())?;
+        ensure(sbs.iter().all(|s| !s.ready), || {
+            format!("{name}: sandboxes still ready: {sbs:?}")
+        })?;
+        let dir = Path::new("/var/lib/kubelet/pods").join(uid.as_str());
+        let mounts: Vec<PathBuf> =
+            reaplet::volumes::read_mountinfo(Path::new("/proc/self/mountinfo"))
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|m| m.mount_point)
+                .filter(|p| p.starts_with(&dir))
+                .collect();
+        ensure(mounts.is_empty(), || {
+            format!("{name}: still mounted: {mounts:?}")
+        })?;
+        Ok(format!(
+            "{name}: {slice}; {} containers none running, {} sandboxes none ready, no mount",
+            cs.len(),
+            sbs.len()
+        ))
+    }
+}
+
+/// Waits until the kubelet runs every container of pod `name`; its UID and container IDs.
+async fn wait_running(n: &Node, name: &str, limit: Duration) -> R<Running> {
+    wait_for(limit, &format!("the kubelet to run {name}"), || async {
+        let p = n.get_pod(name).await.ok()??;
+        let st = &p["status"];
+        let cs = st["containerStatuses"].as_array()?;
+        let all = !cs.is_empty() && cs.iter().all(|c| c["state"]["running"].is_object());
+        if st["phase"] != "Running" || !all {
+            return None;
+        }
+        Some(Running {
+            uid: p["metadata"]["uid"].as_str()?.to_owned(),
+            containers: cs
+                .iter()
+                .filter_map(|c| {
+                    Some((
+                        c["name"].as_str()?.to_owned(),
+                        c["containerID"]
+                            .as_str()?
+                            .trim_start_matches("containerd://")
+                            .to_owned(),
+                    ))
+                })
+                .collect(),
+        })
+    })
+    .await
+}
+
+pub(super) async fn run(inp: PathBuf, out: PathBuf) -> i32 {
+    let Some(mut g) = Guest::start(out) else {
+        return 1;
+    };
+    let t = Instant::now();
+    let r = node_setup(&g, &inp).await;
+    let (r, state) = match r {
+        Ok((d, api, exits, pods)) => (Ok(d), Some((api, exits, pods))),
+        Err(e) => (Err(e), None),
+    };
+    g.record("node_setup", t, r);
+    let Some((api, exits, pods)) = state else {
+        return 1;
+    };
+    let mut n = Node {
+        g,
+        api,
+        exits,
+        pods,
+    };
+
+    let t = Instant::now();
+    let r = beside_live_kubelet(&n).await;
+    n.g.record("node_beside_live_kubelet_writes_nothing", t, r);
+
+    let t = Instant::now();
+    let r = takeover(&n).await;
+    n.g.record("node_takeover_ends_deleted_pods", t, r);
+
+    let t = Instant::now();
+    let r = upgrade_while_active(&n, &inp).await;
+    n.g.record("node_upgrade_while_active_keeps_terminations", t, r);
+
+    let t = Instant::now();
+    let r = handback(&n).await;
+    let since = r.as_ref().map(|(_, i)| *i).ok();
+    n.g.record("node_handback_writes_nothing_more", t, r.map(|(d, _)| d));
+
+    // the last scenario: it powers the guest off (the runner collects the results after it)
+    let t = Instant::now();
+    let r = poweroff(&n, since).await;
+    n.g.record("node_poweroff_kubelet_owns_graceful_shutdown", t, r);
+    if n.g.failed > 0 { 1 } else { 0 }
+}
+
+type Setup = (String, kube::Client, Exits, BTreeMap<String, Running>);
+
+/// containerd and the images (the agent boot's setup), the PKI the host made, the kubelet, the
+/// pods, reaplet from its package in standby once the kubelet holds the node's Lease.
+async fn node_setup(g: &Guest, inp: &Path) -> R<Setup> {
+    let runtime = super::setup(g, inp).await?;
+    std::fs::create_dir_all(GUEST_PKI).map_err(|e| e.to_string())?;
+    for f in ["ca.crt", "node.crt", "node.key", "admin.crt", "admin.key"] {
+        std::fs::copy(inp.join("kube").join(f), Path::new(GUEST_PKI).join(f))
+            .map_err(|e| format!("{f}: {e}"))?;
+    }
+    std::fs::copy(inp.join("kube/node.kubeconfig"), KUBELET_KUBECONFIG)
+        .map_err(|e| e.to_string())?;
+    std::fs::copy(inp.join("kube/admin.kubeconfig"), ADMIN_KUBECONFIG)
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(STATIC_PODS).map_err(|e| e.to_string())?;
+    std::fs::write(KUBELET_CONFIG, kubelet_config()).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    sh("systemctl", &["start", KUBELET])?;
+    let api = k8s::client(Path::new(ADMIN_KUBECONFIG)).await;
+    let exits = Exits::subscribe().await?;
+    let n0 = Node {
+        g: Guest::new(g.out.clone())?,
+        api,
+        exits,
+        pods: BTreeMap::new(),
+    };
+    let node = g.node.clone();
+    // pods are admitted against the Node's allocatable: wait until the kubelet wrote it
+    wait_for(
+        Duration::from_secs(180),
+        "the kubelet to report the Node's allocatable",
+        || async {
+            let (c, v) = n0.api("GET", &format!("/api/v1/nodes/{node}"), None).await;
+            (c == 200 && v["status"]["allocatable"]["pods"].is_string()).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "{e}; kubelet {}: {}",
+            show(KUBELET, "ActiveState"),
+            journal(KUBELET)
+                .lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )
+    })?;
+    let registered = t0.elapsed().as_secs_f64();
+    for p in pods(&node) {
+        let (c, v) = n0
+            .api("POST", "/api/v1/namespaces/default/pods", Some(&p))
+            .await;
+        ensure(c == 201, || {
+            format!("creating {}: {c} {v}", p["metadata"]["name"])
+        })?;
+    }
+    // reaplet once the kubelet holds the node's Lease (a missing Lease would make it active)
+    wait_for(Duration::from_secs(60), "the kubelet's Lease", || async {
+        let (c, _) = n0
+            .api(
+                "GET",
+                &format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"),
+                None,
+            )
+            .await;
+        (c == 200).then_some(())
+    })
+    .await?;
+    super::package::dpkg_install(&inp.join("reaplet.deb"))?;
+    super::drop_in(
+        DROP_IN,
+        format!("[Service]\nEnvironment=REAPLET_TAKEOVER_AFTER={TAKEOVER_AFTER}s\n"),
+    )?;
+    sh("systemctl", &["daemon-reload"])?;
+    sh("systemctl", &["start", UNIT])?;
+    let mut running = BTreeMap::new();
+    for p in pods(&node) {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let r = wait_running(&n0, &name, Duration::from_secs(240)).await?;
+        running.insert(name, r);
+    }
+    let all_running = t0.elapsed().as_secs_f64();
+    wait_for(
+        Duration::from_secs(60),
+        "reaplet to find the kubelet alive",
+        || async {
+            journal(UNIT)
+                .contains("the kubelet renews its Lease")
+                .then_some(())
+        },
+    )
+    .await?;
+    let Node { api, exits, .. } = n0;
+    let version = sh(REAPLET, &["version"])?;
+    Ok((
+        format!(
+            "{runtime}; the kubelet registered the Node {registered:.1} s after its start, ran all {} \
+             pods at {all_running:.1} s; {version} in standby beside it (the package's config, \
+             takeoverAfter {TAKEOVER_AFTER}s)",
+            running.len()
+        ),
+        api,
+        exits,
+        running,
+    ))
+}
+
+/// Scenario 1: the kubelet ends two deleted pods; reaplet, passive since its start, writes
+/// nothing at all.
+async fn beside_live_kubelet(n: &Node) -> R<String> {
+    let mut deleted = Vec::new();
+    for name in LIVE {
+        deleted.push(n.delete(name).await?);
+    }
+    let term = n.exits_of(LIVE[0], Duration::from_secs(60)).await?;
+    let kill = n.exits_of(LIVE[1], Duration::from_secs(60)).await?;
+    let (t_term, t_kill) = (secs(term[0].2 - deleted[0]), secs(kill[0].2 - deleted[1]));
+    ensure(term[0].1 == 0, || {
+        format!("{}: exit {}", LIVE[0], term[0].1)
+    })?;
+    ensure(kill[0].1 == 137 && t_kill >= 3.0 - 0.2, || {
+        format!("{}: exit {} at {t_kill:.2} s (grace 3)", LIVE[1], kill[0].1)
+    })?;
+    for name in LIVE {
+        n.wait_gone(name, Duration::from_secs(90)).await?;
+    }
+    let mut left = Vec::new();
+    for name in LIVE {
+        left.push(n.nothing_left(name).await?);
+    }
+    let a = audit().await?;
+    let mine: Vec<&Audit> = a.iter().filter(|a| is_reaplet(a) && a.is_write()).collect();
+    ensure(mine.is_empty(), || {
+        format!("reaplet wrote beside a live kubelet: {:?}", lines(&mine))
+    })?;
+    for name in LIVE {
+        ensure(
+            a.iter().any(|a| {
+                is_kubelet(a) && a.verb == "delete" && a.resource == "pods" && a.name == name
+            }),
+            || format!("no DELETE of {name} by the kubelet in the audit log"),
+        )?;
+    }
+    let reads = a.iter().filter(|a| is_reaplet(a)).count();
+    let j = journal(UNIT);
+    ensure(!j.contains("ReapletTookOver"), || {
+        "reaplet took over beside a live kubelet".into()
+    })?;
+    Ok(format!(
+        "the kubelet ended {} (exit 0 at {t_term:.2} s) and {} (exit 137 at {t_kill:.2} s, grace 3) \
+         and deleted both; reaplet wrote nothing (its requests since its start: {reads}, no write); \
+         {}",
+        LIVE[0],
+        LIVE[1],
+        left.join("; ")
+    ))
+}
+
+/// Scenario 2: the kubelet stopped, reaplet takes over and ends two deleted pods as the
+/// kubelet would have.
+async fn takeover(n: &Node) -> R<String> {
+    let stopped = Instant::now();
+    sh("systemctl", &["stop", KUBELET])?;
+    let limit = Duration::from_secs(TAKEOVER_AFTER) + Duration::from_secs_f64(15.0 * SLACK);
+    wait_for(limit, "the takeover (ReapletTookOver)", || async {
+        journal(UNIT).contains("ReapletTookOver").then_some(())
+    })
+    .await?;
+    let took = stopped.elapsed().as_secs_f64();
+    // the kubelet renews every 10 s: its last renewal was at most 10 s before the stop
+    ensure(took >= TAKEOVER_AFTER as f64 - 10.0, || {
+        format!("took over {took:.1} s after the kubelet stopped")
+    })?;
+    let a0 = audit().await?.len();
+    let mut deleted = Vec::new();
+    for name in TAKEN {
+        deleted.push(n.delete(name).await?);
+    }
+    let hooked = n.exits_of(TAKEN[0], Duration::from_secs(90)).await?;
+    let stubborn = n.exits_of(TAKEN[1], Duration::from_secs(90)).await?;
+    let (t_hook, t_kill) = (
+        secs(hooked[0].2 - deleted[0]),
+        secs(stubborn[0].2 - deleted[1]),
+    );
+    let uid = n.uid(TAKEN[0])?;
+    let log = PathBuf::from(format!(
+        "/var/log/pods/default_{}_{}/app/0.log",
+        TAKEN[0],
+        uid.as_str()
+    ));
+    let hook_out = std::fs::read_to_string(&log).unwrap_or_default();
+    ensure(
+        hooked[0].1 == 0 && t_hook >= 1.0 && hook_out.contains("prestop-ran"),
+        || {
+            format!(
+                "hooked: exit {} at {t_hook:.2} s, hook output in {}: {}; expected the 1 s preStop \
+                 hook, then SIGTERM honoured",
+                hooked[0].1,
+                log.display(),
+                hook_out.contains("prestop-ran")
+            )
+        },
+    )?;
+    ensure(
+        stubborn[0].1 == 137 && (5.0 - 0.2..=5.0 + 1.0 + SLACK).contains(&t_kill),
+        || {
+            format!(
+                "stubborn: exit {} at {t_kill:.2} s; expected SIGKILL at its 5 s grace",
+                stubborn[0].1
+            )
+        },
+    )?;
+    for name in TAKEN {
+        n.wait_gone(name, Duration::from_secs(90)).await?;
+    }
+    let mut left = Vec::new();
+    for name in TAKEN {
+        left.push(n.nothing_left(name).await?);
+    }
+    let a = audit().await?;
+    let after = &a[a0.min(a.len())..];
+    for name in TAKEN {
+        let mine: Vec<&Audit> = after
+            .iter()
+            .filter(|x| is_reaplet(x) && x.is_write() && x.resource == "pods" && x.name == name)
+            .collect();
+        let status = mine
+            .iter()
+            .position(|x| x.verb == "patch" && x.subresource == "status" && x.code == 200);
+        let delete = mine
+            .iter()
+            .position(|x| x.verb == "delete" && x.subresource.is_empty() && x.code == 200);
+        ensure(
+            matches!((status, delete), (Some(s), Some(d)) if s < d),
+            || {
+                format!(
+                    "{name}: reaplet's writes {:?}; expected its status PATCH, then its DELETE",
+                    lines(&mine)
+                )
+            },
+        )?;
+    }
+    let kubelet: Vec<&Audit> = after
+        .iter()
+        .filter(|x| is_kubelet(x) && x.is_write())
+        .collect();
+    ensure(kubelet.is_empty(), || {
+        format!("the stopped kubelet wrote: {:?}", lines(&kubelet))
+    })?;
+    Ok(format!(
+        "took over {took:.1} s after `systemctl stop kubelet` (threshold {TAKEOVER_AFTER} s); \
+         hooked: preStop ran, exit 0 at {t_hook:.2} s; stubborn: exit 137 at {t_kill:.2} s \
+         (grace 5); each: reaplet's status PATCH then DELETE, nothing from the kubelet; {}",
+        left.join("; ")
+    ))
+}
+
+/// Scenario 3: the package upgraded while reaplet is the node's agent, a termination under
+/// way: the new process resumes it at once with its deadline, and a running pod is untouched.
+async fn upgrade_while_active(n: &Node, inp: &Path) -> R<String> {
+    let (_, bid) = n.running(BYSTANDER)?.containers[0].clone();
+    let before =
+        n.g.cri
+            .container_status(&bid)
+            .await
+            .map_err(|e| e.to_string())?;
+    ensure(before.state == ContainerRunState::Running, || {
+        format!("{BYSTANDER} is not running before the upgrade: {before:?}")
+    })?;
+    let a0 = audit().await?.len();
+    let pid0 = show(UNIT, "MainPID");
+    let deleted = n.delete(SLOW).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let t = Instant::now();
+    super::package::dpkg_install(&inp.join(super::package::UPGRADE))?;
+    let took = t.elapsed().as_secs_f64();
+    let pid = super::package::wait_active(&pid0).await?;
+    let upgraded = secs(wall_ns() - deleted);
+    let slow = n
+        .exits_of(SLOW, Duration::from_secs(SLOW_GRACE as u64 + 60))
+        .await?;
+    let t_kill = secs(slow[0].2 - deleted);
+    let g = SLOW_GRACE as f64;
+    ensure(
+        slow[0].1 == 137 && t_kill >= g - 0.2 && t_kill <= g + 1.0 + SLACK,
+        || {
+            format!(
+                "{SLOW}: exit {} at {t_kill:.2} s; expected SIGKILL at its {g} s grace, across the \
+                 upgrade (restarted at {upgraded:.1} s)",
+                slow[0].1
+            )
+        },
+    )?;
+    let mine = sh(
+        "journalctl",
+        &[&format!("_PID={pid}"), "--no-pager", "-o", "cat"],
+    )?;
+    let authority = mine
+        .lines()
+        .find(|l| l.contains("authority") && l.contains("role="))
+        .unwrap_or_default()
+        .to_owned();
+    ensure(
+        authority.contains("role=\"active\"") || authority.contains("role=active"),
+        || format!("the new process (pid {pid}) did not resume active: {authority:?}"),
+    )?;
+    super::package::untouched(&n.g, &bid, &before).await?;
+    n.wait_gone(SLOW, Duration::from_secs(90)).await?;
+    let left = n.nothing_left(SLOW).await?;
+    let a = audit().await?;
+    let after = &a[a0.min(a.len())..];
+    let touched: Vec<&Audit> = after
+        .iter()
+        .filter(|x| x.is_write() && x.resource == "pods" && x.name == BYSTANDER)
+        .collect();
+    ensure(touched.is_empty(), || {
+        format!("writes about {BYSTANDER}: {:?}", lines(&touched))
+    })?;
+    ensure(
+        after
+            .iter()
+            .any(|x| is_reaplet(x) && x.verb == "delete" && x.name == SLOW && x.code == 200),
+        || format!("reaplet did not delete {SLOW}"),
+    )?;
+    Ok(format!(
+        "{SLOW} (grace {SLOW_GRACE}, ignores SIGTERM) deleted, the package upgraded 3 s later \
+         (dpkg {took:.1} s; pid {pid0} -> {pid}, resumed active: {authority:?}); {SLOW} SIGKILLed \
+         at {t_kill:.2} s (no gap), deleted by reaplet; {BYSTANDER}'s container ran through it \
+         untouched, no write about it; {left}"
+    ))
+}
+
+/// Scenario 4: the kubelet back, reaplet hands back and writes nothing more. Returns the audit
+/// position of the hand-back event (the power-off's window starts there).
+async fn handback(n: &Node) -> R<(String, usize)> {
+    let started = Instant::now();
+    sh("systemctl", &["start", KUBELET])?;
+    wait_for(
+        Duration::from_secs(120),
+        "the hand-back (ReapletHandedBack)",
+        || async { journal(UNIT).contains("ReapletHandedBack").then_some(()) },
+    )
+    .await?;
+    let handed = started.elapsed().as_secs_f64();
+    tokio::time::sleep(WINDOW).await;
+    let a = audit().await?;
+    let at = a
+        .iter()
+        .rposition(|x| {
+            is_reaplet(x)
+                && x.resource == "events"
+                && x.request.to_string().contains("ReapletHandedBack")
+        })
+        .ok_or("no ReapletHandedBack event in the audit log")?;
+    let more: Vec<&Audit> = a[at + 1..]
+        .iter()
+        .filter(|x| is_reaplet(x) && x.is_write())
+        .collect();
+    ensure(more.is_empty(), || {
+        format!("reaplet wrote after handing back: {:?}", lines(&more))
+    })?;
+    let (_, bid) = n.running(BYSTANDER)?.containers[0].clone();
+    let st =
+        n.g.cri
+            .container_status(&bid)
+            .await
+            .map_err(|e| e.to_string())?;
+    ensure(st.state == ContainerRunState::Running, || {
+        format!("{BYSTANDER} stopped: {st:?}")
+    })?;
+    let released = journal(UNIT).contains("standby: logind inhibitor released");
+    Ok((
+        format!(
+            "handed back {handed:.1} s after `systemctl start kubelet`; no write by reaplet after \
+             its ReapletHandedBack event ({:.0} s watched); {BYSTANDER} still running; reaplet \
+             released its logind inhibitor on the hand-back: {released}",
+            WINDOW.as_secs_f64()
+        ),
+        at,
+    ))
+}
+
+/// Scenario 5: `systemctl poweroff` with the kubelet's graceful node shutdown: the kubelet
+/// alone holds the inhibitor and ends the pods; reaplet in standby records and writes nothing.
+async fn poweroff(n: &Node, since: Option<usize>) -> R<String> {
+    super::poweroff::delay_lock("kubelet", Duration::from_secs(90)).await?;
+    let mine = super::poweroff::inhibitors("reaplet")?;
+    ensure(mine.is_empty(), || {
+        format!("reaplet holds an inhibitor beside the kubelet: {mine:?}")
+    })?;
+    let dropin = std::fs::read_to_string(KUBELET_LOGIND).unwrap_or_default();
+    let delay = super::poweroff::logind_delay()?;
+    ensure(delay == Duration::from_secs(SHUTDOWN_GRACE), || {
+        format!(
+            "logind's InhibitDelayMaxUSec is {delay:?}, not the kubelet's {SHUTDOWN_GRACE} s \
+             ({KUBELET_LOGIND}: {dropin:?})"
+        )
+    })?;
+    let running = [BYSTANDER, PW_KILL];
+    let limit = Duration::from_secs_f64(SHUTDOWN_GRACE as f64 + 15.0 * SLACK);
+    println!(
+        "node poweroff: systemctl poweroff (the kubelet's shutdownGracePeriod {SHUTDOWN_GRACE}s)"
+    );
+    let watch = futures_util::future::join_all(running.iter().map(|p| n.exits_of(p, limit)));
+    let (stops, term_at, t0) = super::poweroff::power_off(limit, watch).await?;
+    let mut ends = Vec::new();
+    for (name, s) in running.iter().zip(stops) {
+        let s = s?;
+        ends.push((*name, s[0].1, secs(s[0].2 - t0)));
+    }
+    let down = term_at.map(|t| secs(t - t0));
+    let timeline: Vec<String> = ends
+        .iter()
+        .map(|(n, c, s)| format!("{n} exited {c} at {s:.2} s"))
+        .collect();
+    println!(
+        "node poweroff: {}; units stopped at {down:?} s",
+        timeline.join(", ")
+    );
+    ensure(ends[0].1 == 0, || {
+        format!(
+            "{BYSTANDER}: {:?}, expected exit 0 (SIGTERM honoured)",
+            ends[0]
+        )
+    })?;
+    let g = PW_GRACE as f64;
+    ensure(
+        ends[1].1 == 137 && ends[1].2 >= g - 0.2 && ends[1].2 <= g + 2.0 * SLACK,
+        || {
+            format!(
+                "{PW_KILL}: {:?}, expected SIGKILL at its own {g} s grace",
+                ends[1]
+            )
+        },
+    )?;
+    let down = down.ok_or("no SIGTERM: the machine did not begin to go down in time")?;
+    // nobody held logind up to its limit: the kubelet released its inhibitor, reaplet had none
+    ensure(!super::poweroff::logind_timed_out(), || {
+        format!("logind's {SHUTDOWN_GRACE} s delay ran out (units stopped at {down:.2} s)")
+    })?;
+    let last = ends.iter().map(|e| e.2).fold(0.0, f64::max);
+    ensure(down >= last, || {
+        format!("the units were stopped at {down:.2} s, before the last pod ended ({last:.2} s)")
+    })?;
+    // the kubelet's statuses: give its status manager a moment (the units are stopping)
+    let shutdown_status = |a: &Audit, name: &str| {
+        is_kubelet(a)
+            && a.verb == "patch"
+            && a.subresource == "status"
+            && a.name == name
+            && a.request.to_string().contains("imminent node shutdown")
+    };
+    let mut a = audit().await?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5)
+        && !running
+            .iter()
+            .all(|name| a.iter().any(|x| shutdown_status(x, name)))
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a = audit().await?;
+    }
+    let statuses: Vec<&str> = running
+        .iter()
+        .copied()
+        .filter(|name| a.iter().any(|x| shutdown_status(x, name)))
+        .collect();
+    let from = since.map_or(0, |i| i + 1).min(a.len());
+    let mine: Vec<&Audit> = a[from..]
+        .iter()
+        .filter(|x| is_reaplet(x) && x.is_write())
+        .collect();
+    ensure(mine.is_empty(), || {
+        format!(
+            "reaplet wrote during the kubelet's shutdown: {:?}",
+            lines(&mine)
+        )
+    })?;
+    let j = journal(UNIT);
+    ensure(
+        j.contains("node shutdown announced while in standby: the kubelet ends the pods"),
+        || "reaplet's journal does not record the shutdown it left to the kubelet".into(),
+    )?;
+    ensure(!j.contains("node shutdown: ending pods"), || {
+        "reaplet ended pods for the shutdown beside the kubelet".into()
+    })?;
+    Ok(format!(
+        "the kubelet alone held logind's delay inhibitor ({KUBELET_LOGIND}: logind's delay \
+         {delay:?}); after `systemctl poweroff`: {}; the kubelet's shutdown statuses seen for \
+         {statuses:?}; the machine went down (driver SIGTERM) at {down:.2} s; reaplet (standby, \
+         no inhibitor) logged the shutdown as the kubelet's and wrote nothing",
+        timeline.join(", ")
+    ))
+}
