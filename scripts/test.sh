@@ -90,11 +90,13 @@ setup 2 "containerd 2.x" \
     testbed/containerd.sh build
 setup 3 "container images" "busybox and pause (testbed/testbed.sh images; cached, digests checked)" \
     quiet testbed/testbed.sh images
-setup 4 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes; it asks testbed/kube.sh for the kubelet, so a cold run builds the Kubernetes components here)" \
-    quiet testbed/vm/image.sh
-setup 5 "Kubernetes components" \
+setup 4 "Kubernetes components" \
     "kube-apiserver, kubelet, kube-controller-manager, kube-scheduler, etcd from the Go module proxy (testbed/kube.sh; cached; a cold build takes about 12 min)" \
     testbed/kube.sh build
+# after containerd 2.x and the Kubernetes components: the image carries their containerd, shim,
+# ctr and kubelet
+setup 5 "VM image" "testbed/vm/image.sh (cached, digests checked; the first build takes minutes)" \
+    quiet testbed/vm/image.sh
 setup 6 "helm" \
     "helm v4 from the Go module proxy, for the chart's test on the real cluster (testbed/helm.sh; cached; a cold build takes 4 to 12 min)" \
     testbed/helm.sh build
@@ -230,7 +232,7 @@ for f in ${failed[@]+"${failed[@]}"}; do
 done
 LOG=$LOG summarise
 if [ ${#failed[@]} = 0 ]; then
-    say "all passed: packages, containerd 2.x, images, VM image, Kubernetes components, helm, Debian package, reaplet image, fmt, clippy (twice), every test binary, the compatibility job"
+    say "all passed: packages, containerd 2.x, images, Kubernetes components, VM image, helm, Debian package, reaplet image, fmt, clippy (twice), every test binary, the compatibility job"
     exit 0
 fi
 say "full test output: $LOG"
