@@ -218,6 +218,25 @@ pub const TRAPS_TERM: &str = "trap 'exit 0' TERM; sleep 3600 & wait $!";
 /// A container script that ignores SIGTERM (as PID 1 with no handler).
 pub const IGNORES_TERM: &str = "exec sleep 3600";
 
+/// The real-stack tests' pod object: one container `app` of the test bed's busybox running
+/// `script`, bound to `node`, on the host network, with its own grace (what the admin creates
+/// for the real kubelet to run).
+pub fn host_network_pod(node: &str, name: &str, grace: i64, script: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    })
+}
+
 /// A test pod.
 #[derive(Debug, Clone)]
 pub struct PodTemplate {

@@ -8,7 +8,7 @@ use super::k8s::{Audit, Cluster, Options};
 use crate::common::{KillOnDrop, reaplet, repo};
 use reaplet::cri::{CriClient, Runtime};
 use reaplet::testbed::Testbed;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,19 +27,7 @@ pub struct KubeNode {
 
 /// A pod of one container `app` running `script`, bound to the node, on the host network.
 pub fn pod(name: &str, grace: i64, script: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": NODE,
-            "hostNetwork": true,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{
-                "name": "app", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-            }],
-        },
-    })
+    reaplet::testbed::host_network_pod(NODE, name, grace, script)
 }
 
 /// When the server received `a`, in wall-clock ns (comparable with [`reaplet::wall_ns`] and

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 mod exits;
 #[path = "node.rs"]
 mod node;
+#[path = "node_kit.rs"]
+mod node_kit;
 #[path = "outage.rs"]
 mod outage;
 #[path = "package.rs"]

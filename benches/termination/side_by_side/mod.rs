@@ -65,19 +65,7 @@ impl Who {
 
 /// A pod of one container `app` running `script`, bound to the node, on the host network.
 fn pod(name: &str, script: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": NODE,
-            "hostNetwork": true,
-            "terminationGracePeriodSeconds": 30,
-            "containers": [{
-                "name": "app", "image": testbed::BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-            }],
-        },
-    })
+    testbed::host_network_pod(NODE, name, 30, script)
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
