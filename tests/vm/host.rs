@@ -272,19 +272,22 @@ impl NodeSide {
 /// This process's standard input or output as a plain file: qemu gives both ends of the
 /// guest's connection as descriptors 0 and 1 (and 2: nothing may be written to stderr), and
 /// std's buffered `Stdout` would hold binary data back until a newline.
-fn std_file(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::fs::File> {
-    fd.try_clone_to_owned().ok().map(std::fs::File::from)
+/// This process's stdin and stdout as files (qemu's guestfwd connection), for blocking copies.
+fn stdio() -> Option<(std::fs::File, std::fs::File)> {
+    use std::os::fd::AsFd;
+    let file =
+        |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().ok().map(std::fs::File::from);
+    Some((
+        file(std::io::stdin().as_fd())?,
+        file(std::io::stdout().as_fd())?,
+    ))
 }
 
 /// `--relay ADDR`: qemu's guestfwd connects the guest's connection to this process's stdin and
 /// stdout; they are copied to and from a TCP connection to ADDR (the API server on loopback)
 /// until either side closes.
 pub fn relay(addr: &str) -> i32 {
-    use std::os::fd::AsFd;
-    let (Some(mut input), Some(mut output)) = (
-        std_file(std::io::stdin().as_fd()),
-        std_file(std::io::stdout().as_fd()),
-    ) else {
+    let Some((mut input, mut output)) = stdio() else {
         return 1;
     };
     let Ok(up) = std::net::TcpStream::connect(addr) else {
@@ -307,11 +310,7 @@ pub fn relay(addr: &str) -> i32 {
 /// server's audit log as it is now).
 pub fn audit(path: &str) -> i32 {
     use std::io::Read;
-    use std::os::fd::AsFd;
-    let (Some(mut input), Some(mut output)) = (
-        std_file(std::io::stdin().as_fd()),
-        std_file(std::io::stdout().as_fd()),
-    ) else {
+    let Some((mut input, mut output)) = stdio() else {
         return 1;
     };
     let mut req = Vec::new();

@@ -33,7 +33,7 @@ use super::node_kit::*;
 use super::{Guest, R, REAPLET, SLACK, UNIT, ensure, secs, sh, show, wait_for};
 use crate::host::GUEST_PKI;
 use crate::k8s::{self, Audit};
-use reaplet::cri::{ContainerRunState, Runtime};
+use reaplet::cri::ContainerRunState;
 use reaplet::wall_ns;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -350,12 +350,7 @@ async fn takeover(n: &Node) -> R<String> {
 /// Scenario 3: the package upgraded while reaplet is the node's agent, a termination under
 /// way: the new process resumes it at once with its deadline, and a running pod is untouched.
 async fn upgrade_while_active(n: &Node, inp: &Path) -> R<String> {
-    let (_, bid) = n.running(BYSTANDER)?.containers[0].clone();
-    let before =
-        n.g.cri
-            .container_status(&bid)
-            .await
-            .map_err(|e| e.to_string())?;
+    let before = n.container_state(BYSTANDER).await?;
     ensure(before.state == ContainerRunState::Running, || {
         format!("{BYSTANDER} is not running before the upgrade: {before:?}")
     })?;
@@ -396,7 +391,8 @@ async fn upgrade_while_active(n: &Node, inp: &Path) -> R<String> {
         authority.contains("role=\"active\"") || authority.contains("role=active"),
         || format!("the new process (pid {pid}) did not resume active: {authority:?}"),
     )?;
-    super::package::untouched(&n.g, &bid, &before).await?;
+    let (_, bid) = &n.running(BYSTANDER)?.containers[0];
+    super::package::untouched(&n.g, bid, &before).await?;
     n.wait_gone(SLOW, Duration::from_secs(90)).await?;
     let left = n.nothing_left(SLOW).await?;
     let a = audit().await?;
@@ -451,12 +447,7 @@ async fn handback(n: &Node) -> R<(String, usize)> {
     ensure(more.is_empty(), || {
         format!("reaplet wrote after handing back: {:?}", lines(&more))
     })?;
-    let (_, bid) = n.running(BYSTANDER)?.containers[0].clone();
-    let st =
-        n.g.cri
-            .container_status(&bid)
-            .await
-            .map_err(|e| e.to_string())?;
+    let st = n.container_state(BYSTANDER).await?;
     ensure(st.state == ContainerRunState::Running, || {
         format!("{BYSTANDER} stopped: {st:?}")
     })?;

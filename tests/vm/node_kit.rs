@@ -208,6 +208,16 @@ impl Node {
             .ok_or_else(|| format!("pod {name} never ran"))
     }
 
+    /// The runtime's state of pod `name`'s first container (the one the kubelet ran).
+    pub(super) async fn container_state(&self, name: &str) -> R<reaplet::cri::ContainerDetail> {
+        let (_, id) = &self.running(name)?.containers[0];
+        self.g
+            .cri
+            .container_status(id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     pub(super) fn uid(&self, name: &str) -> R<PodUid> {
         PodUid::parse(&self.running(name)?.uid).map_err(|e| format!("{name}'s uid: {e}"))
     }

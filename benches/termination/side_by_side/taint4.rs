@@ -57,7 +57,9 @@ fn is_condition(r: &Rec, name: &str) -> bool {
         && r.resource == "pods"
         && r.sub == "status"
         && r.name == name
-        && r.request.to_string().contains("DisruptionTarget")
+        && r.request["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "DisruptionTarget"))
 }
 
 pub(super) async fn taint4_side(rounds: usize) -> R<Vec<Row>> {
