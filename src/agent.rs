@@ -337,6 +337,8 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         cfg.authority,
         cfg.kube.is_some(),
         standby::LeaseAtStart::Unknown,
+        standby::NodeAtStart::NotRead,
+        standby::Health::Disabled,
         false,
     );
     authority.set_active(first.role == standby::Role::Active);
@@ -463,8 +465,8 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             };
             // decided before the pod source starts (at most START_TIMEOUT): a primary start
             // never holds a kill for want of a decision
-            let first = standby::start(&scfg, Some(&client), &authority).await;
-            authority_tx.send_replace(first);
+            let first = standby::begin(&scfg, Some(&client), &authority).await;
+            authority_tx.send_replace(first.decision);
             tracker.spawn(standby::run(
                 scfg,
                 client.clone(),

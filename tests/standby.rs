@@ -6,8 +6,7 @@
 mod common;
 
 use common::api_harness::{ApiHarness, NODE};
-use common::apiserver::ApiServer;
-use common::standin::StandIn;
+use common::standin::{StandIn, node_events, reaplet_requests, wait_node_event};
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::standby::AuthoritySetting;
@@ -22,36 +21,6 @@ const POLL: Duration = Duration::from_millis(500);
 const RENEW: Duration = Duration::from_millis(500);
 /// How long a negative check watches.
 const WINDOW: Duration = Duration::from_secs(5);
-
-/// Node events with `reason`, as reaplet posted them.
-/// What reaplet asked the API server (the stand-in kubelet's requests left out).
-fn reaplet_requests(api: &ApiServer) -> Vec<common::apiserver::Recorded> {
-    api.requests()
-        .into_iter()
-        .filter(|r| r.user_agent.starts_with("reaplet"))
-        .collect()
-}
-
-fn node_events(api: &ApiServer, reason: &str) -> usize {
-    api.events()
-        .iter()
-        .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
-        .count()
-}
-
-/// Waits until a Node event `reason` is posted (after `seen` of them); returns the time taken.
-async fn wait_node_event(api: &ApiServer, reason: &str, seen: usize, limit: Duration) -> Duration {
-    let start = Instant::now();
-    while node_events(api, reason) <= seen {
-        assert!(
-            start.elapsed() < limit,
-            "no Node event {reason} within {limit:?}: {:#?}",
-            api.events()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    start.elapsed()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_hands_back() {

@@ -10,9 +10,13 @@
 //! * **a watch** on that one object (`fieldSelector=metadata.name=<node>`): a list served from
 //!   the watch cache (`resourceVersion=0`) and a watch with bookmarks from its version. Beside a
 //!   live kubelet this costs one watch per [`WATCH_TIMEOUT`] and no quorum read; a renewal is
-//!   seen when it happens (not up to one poll later). The watch counts as current while it is
-//!   open and has spoken (an event or a bookmark) within [`WATCH_IDLE`]; a silent one is
-//!   restarted.
+//!   seen when it happens (not up to one poll later). What the watch says is as old as the last
+//!   thing it delivered (the list, an event, a bookmark): an open watch proves nothing by being
+//!   open. Silence longer than [`fresh_for`] (the kubelet's renewal period plus slack) makes
+//!   the Lease *unknown*, not stale, and the decision then reads it on demand as below; a
+//!   relist, its backoff and a failed list deliver nothing, so they age the same way. A watch
+//!   silent for [`WATCH_IDLE`] is restarted; one that ends in under a second having delivered
+//!   nothing is a failure and backs off (client-go's reflector: "very short watch").
 //! * **reads on demand**: the Node authorizer lets a node identity get its own Lease but not
 //!   list or watch it (apiserver facts 8.5: `403`), so with the node's own credentials (the
 //!   default, and the DaemonSet) the list is refused and reaplet falls back to a GET served
@@ -20,6 +24,12 @@
 //!   decision needs the Lease: while the kubelet's health endpoint fails, while reaplet is
 //!   active (to see the renewal that hands back), or, with the endpoint disabled, once per
 //!   quarter threshold. Beside a kubelet that answers `/healthz` this costs nothing at all.
+//!   The watch path falls back to the same reads while its news is older than [`fresh_for`].
+//!
+//! Neither is proof enough for a takeover: both may be served by a watch cache that lags
+//! etcd. Before becoming active the standby loop makes one consistent read
+//! ([`LeaseApi::read_latest`], a GET without `resourceVersion`): takeovers are rare, so this
+//! read costs a fleet nothing.
 //!
 //! # Renewals (the pure part: [`Renewals`])
 //!
@@ -52,6 +62,17 @@ pub const KUBELET_RENEWAL: Duration = Duration::from_secs(10);
 /// A watch that has sent nothing (no event, no bookmark: the server sends one about every
 /// 60 s, apiserver facts 7.6) for this long is taken for dead and started again.
 pub const WATCH_IDLE: Duration = Duration::from_secs(90);
+/// A watch that ends sooner than this having delivered nothing failed (client-go's reflector:
+/// "very short watch"): it backs off instead of being opened again at once.
+pub const SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// How long a look at the Lease (a read, or the last thing the watch delivered) tells what it
+/// is, for the takeover `threshold`: the kubelet's renewal period (a quarter of the threshold,
+/// 10 s by default) plus half of that as slack for a renewal's latency. A live kubelet's watch
+/// delivers a renewal within it; past it the Lease is unknown.
+pub fn fresh_for(threshold: Duration) -> Duration {
+    threshold / 4 + threshold / 8
+}
 
 /// The Lease's `renewTime` (RFC 3339 with microseconds) as a string, to compare for change.
 pub fn renew_time(lease: &Lease) -> Option<String> {
@@ -93,7 +114,8 @@ pub struct Renewals {
     seen: Option<String>,
     /// When reaplet last saw the Lease renewed (the start counts as one).
     renewed: Instant,
-    /// Until when the Lease is known as it is (the last read, or a current watch).
+    /// Until when the Lease is known as it is (the last read, or the last thing the watch
+    /// delivered).
     current: Option<Instant>,
     /// The most a changed `renewTime` is dated back after a gap, and the longest gap between
     /// two reads that still counts as following the Lease continuously.
@@ -109,6 +131,21 @@ impl Renewals {
             current: None,
             credit: KUBELET_RENEWAL.min(threshold / 2),
         }
+    }
+
+    /// After a restart of an active reaplet ([`super::marker`]): the Lease was last seen
+    /// renewed with `renew_time`, `age` before `start` (that `renewTime` again is no renewal).
+    pub fn resumed(start: Instant, threshold: Duration, renew_time: String, age: Duration) -> Self {
+        Self {
+            seen: Some(renew_time),
+            renewed: start.checked_sub(age).unwrap_or(start),
+            ..Self::new(start, threshold)
+        }
+    }
+
+    /// The last `renewTime` seen.
+    pub fn renew_time(&self) -> Option<&str> {
+        self.seen.as_deref()
     }
 
     /// When a renewal was last seen.
@@ -140,7 +177,7 @@ impl Renewals {
         self.current = Some(self.current.map_or(at, |c| c.max(at)));
     }
 
-    /// Nothing changed up to `at` (a current watch).
+    /// Nothing changed up to `at` (a bookmark, a read that found it unchanged).
     pub fn unchanged_until(&mut self, at: Instant) {
         self.current = Some(self.current.map_or(at, |c| c.max(at)));
     }
@@ -151,12 +188,9 @@ impl Renewals {
 pub enum Watched {
     /// Not listed yet.
     Starting,
-    /// The Lease as of `at`; `current` while the watch is open and speaking.
-    Seen {
-        look: Look,
-        at: Instant,
-        current: bool,
-    },
+    /// The Lease as of `at`: when the watch last delivered something (the list, an event, a
+    /// bookmark). Nothing says it is still so after `at`: an open, silent watch is no news.
+    Seen { look: Look, at: Instant },
     /// The identity may not list or watch the Lease (a node identity): read it on demand.
     Forbidden,
 }
@@ -256,7 +290,6 @@ pub async fn follow(
         tx.send_replace(Watched::Seen {
             look,
             at: Instant::now(),
-            current: true,
         });
         loop {
             let end = watch_once(&leases, &mut version, &health, &tx, &cancel).await;
@@ -285,7 +318,6 @@ pub async fn follow(
                     return;
                 }
                 WatchEnd::Failed(f) => {
-                    not_current(&tx);
                     if !std::mem::replace(&mut failing, true) {
                         tracing::warn!("node Lease watch failed; listing it again");
                     }
@@ -301,18 +333,6 @@ pub async fn follow(
             }
         }
     }
-}
-
-/// The watch stopped speaking: what was seen is known only until now.
-fn not_current(tx: &watch::Sender<Watched>) {
-    tx.send_if_modified(|w| match w {
-        Watched::Seen { current, at, .. } if *current => {
-            *current = false;
-            *at = Instant::now();
-            true
-        }
-        _ => false,
-    });
 }
 
 async fn watch_once(
@@ -339,6 +359,8 @@ async fn watch_once(
         }
     };
     health.answered();
+    let opened = Instant::now();
+    let mut delivered = false;
     let mut stream = std::pin::pin!(stream);
     loop {
         let next = tokio::select! {
@@ -348,13 +370,13 @@ async fn watch_once(
         let ev = match next {
             Err(_) => {
                 tracing::debug!(idle = ?WATCH_IDLE, "node Lease watch silent; starting it again");
-                not_current(tx);
                 return WatchEnd::Again;
             }
-            Ok(None) => return WatchEnd::Again,
+            Ok(None) => return ended(opened, delivered),
             Ok(Some(Err(e))) => return WatchEnd::Failed(crate::api::failure_of(&e)),
             Ok(Some(Ok(ev))) => ev,
         };
+        delivered = true;
         let now = Instant::now();
         match ev {
             WatchEvent::Added(l) | WatchEvent::Modified(l) => {
@@ -364,7 +386,6 @@ async fn watch_once(
                 tx.send_replace(Watched::Seen {
                     look: Look::of(Some(&l)),
                     at: now,
-                    current: true,
                 });
             }
             WatchEvent::Deleted(l) => {
@@ -374,15 +395,14 @@ async fn watch_once(
                 tx.send_replace(Watched::Seen {
                     look: Look::of(None),
                     at: now,
-                    current: true,
                 });
             }
             WatchEvent::Bookmark(b) => {
                 *version = b.metadata.resource_version;
-                // the watch speaks: what was seen is still so
+                // the watch is caught up to the bookmark: what was seen is still so now (no
+                // wake-up: nothing changed)
                 tx.send_if_modified(|w| match w {
-                    Watched::Seen { current, at, .. } => {
-                        *current = true;
+                    Watched::Seen { at, .. } => {
                         *at = (*at).max(now);
                         false
                     }
@@ -395,6 +415,16 @@ async fn watch_once(
                 return WatchEnd::Relist;
             }
         }
+    }
+}
+
+/// How a watch stream that the server ended counts: the server's timeout after news, or a
+/// failure when it ended within [`SHORT_WATCH`] having delivered nothing (a proxy that ends
+/// watches at once, an empty body): opened again at once, it would loop.
+fn ended(opened: Instant, delivered: bool) -> WatchEnd {
+    match delivered || opened.elapsed() >= SHORT_WATCH {
+        true => WatchEnd::Again,
+        false => WatchEnd::Failed(Failure::Answered { retry_after: None }),
     }
 }
 
@@ -462,6 +492,41 @@ mod tests {
         let at = start + Duration::from_secs(3);
         r.observe(at, &look("a", 0));
         assert_eq!(r.renewed(), at);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_ending_at_once_with_nothing_delivered_is_a_failure() {
+        let opened = Instant::now();
+        assert!(matches!(
+            ended(opened, false),
+            WatchEnd::Failed(Failure::Answered { retry_after: None })
+        ));
+        // news delivered, or the server's own timeout after a while: watch again at once
+        assert!(matches!(ended(opened, true), WatchEnd::Again));
+        tokio::time::advance(SHORT_WATCH).await;
+        assert!(matches!(ended(opened, false), WatchEnd::Again));
+    }
+
+    #[test]
+    fn a_look_tells_the_lease_for_a_renewal_period_and_half_of_one() {
+        assert_eq!(fresh_for(T), Duration::from_secs(15));
+        assert_eq!(
+            fresh_for(Duration::from_secs(4)),
+            Duration::from_millis(1500)
+        );
+    }
+
+    #[test]
+    fn after_a_restart_the_renew_time_seen_before_is_no_renewal_and_a_new_one_is() {
+        let start = Instant::now() + Duration::from_secs(3600);
+        let age = Duration::from_secs(60);
+        let mut r = Renewals::resumed(start, T, "a".into(), age);
+        assert_eq!(r.renewed(), start - age);
+        assert_eq!(r.renew_time(), Some("a"));
+        r.observe(start, &look("a", 61));
+        assert_eq!(r.renewed(), start - age, "the same renewTime");
+        r.observe(start + Duration::from_secs(2), &look("b", 0));
+        assert_eq!(r.renewed(), start + Duration::from_secs(2));
     }
 
     #[test]

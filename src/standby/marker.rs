@@ -1,6 +1,7 @@
 //! The standby's memory of its own role across its restarts: a small file saying "reaplet was
-//! this node's acting agent, in this boot". No kubelet counterpart (the kubelet is always its
-//! node's agent); the durable termination records ([`crate::terminating::records`]) are its sibling.
+//! this node's acting agent, in this boot, and this is the Lease it saw". No kubelet
+//! counterpart (the kubelet is always its node's agent); the durable termination records
+//! ([`crate::terminating::records`]) are its sibling.
 //!
 //! Without it a restart of an active reaplet (a package upgrade's `try-restart`, a crash, the
 //! watchdog) starts passive and counts its start as a Lease renewal: with the kubelet still
@@ -11,15 +12,20 @@
 //!   standby, removed when it becomes passive; nothing in primary mode;
 //! * it counts only in the boot that wrote it (a [`Stamp`] with the boot ID): after a reboot the
 //!   kubelet may simply not have renewed yet, and the ordinary start rule applies;
-//! * it is evidence, never a decision on its own: a restart resumes as the acting agent only
-//!   when the Lease read at start is stale *and* the kubelet's health endpoint fails then
-//!   ([`super::start_mode`]); a kubelet that came back meanwhile has renewed (a fresh Lease)
-//!   or answers, and reaplet starts passive;
+//! * it keeps the Lease's `renewTime` reaplet last saw and when it saw it change, on
+//!   `CLOCK_BOOTTIME`: the Lease's age carries over the restart only while the Lease still
+//!   carries that `renewTime` ([`carried_age`]), never from the wall clock;
+//! * it is evidence, never a decision on its own: a restart starts passive and takes over again
+//!   only on the takeover's own proof ([`super::start_mode`], [`super::proved`]); a kubelet that
+//!   came back meanwhile has renewed (another `renewTime`) or answers, and reaplet stays
+//!   passive;
 //! * read and written off the async runtime (tokio's blocking pool); a failure is logged and
-//!   costs only the faster resumption.
+//!   costs only the faster resumption. A marker of an older version (a bare [`Stamp`]) carries
+//!   no Lease: its restart counts the start as a renewal.
 
 use crate::deadline::Stamp;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The marker's file name in the root directory.
 pub const FILE: &str = "reaplet-active.json";
@@ -29,37 +35,87 @@ pub fn path_in(root_dir: &Path) -> PathBuf {
     root_dir.join(FILE)
 }
 
-/// Whether the marker at `path` says reaplet was the acting agent in this boot.
-pub async fn active_this_boot(path: &Path) -> bool {
-    let Ok(bytes) = tokio::fs::read(path).await else {
-        return false;
-    };
-    match serde_json::from_slice::<Stamp>(&bytes) {
-        Ok(s) => !s.boot.is_empty() && s.boot == crate::deadline::boot_id(),
+/// The file's content.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Marker {
+    /// When it was written (its boot is the one it counts in).
+    #[serde(flatten)]
+    pub written: Stamp,
+    /// The Lease's `renewTime` reaplet last saw (`None`: no Lease, or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_time: Option<String>,
+    /// When reaplet last saw the Lease renewed (its start counting as one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed: Option<Stamp>,
+}
+
+/// What an active reaplet knows of the Lease, for the marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSeen {
+    pub renew_time: Option<String>,
+    /// How long ago reaplet saw it renewed.
+    pub renewed_ago: Duration,
+}
+
+/// The marker at `path` when it was written in this boot.
+pub async fn read_this_boot(path: &Path) -> Option<Marker> {
+    let bytes = tokio::fs::read(path).await.ok()?;
+    match serde_json::from_slice::<Marker>(&bytes) {
+        Ok(m) if !m.written.boot.is_empty() && m.written.boot == crate::deadline::boot_id() => {
+            Some(m)
+        }
+        Ok(_) => None,
         Err(e) => {
             tracing::warn!(path = %path.display(), err = %e, "unreadable standby marker ignored");
-            false
+            None
         }
     }
 }
 
-/// Records the role: active writes the marker (now, this boot), passive removes it.
-pub async fn record(path: &Path, active: bool) {
-    let r = if active {
-        let tmp = path.with_extension("json.tmp");
-        let body = serde_json::to_vec(&Stamp::now()).unwrap_or_default();
-        match tokio::fs::write(&tmp, body).await {
-            Ok(()) => tokio::fs::rename(&tmp, path).await,
-            Err(e) => Err(e),
+/// Whether the marker at `path` says reaplet was the acting agent in this boot.
+pub async fn active_this_boot(path: &Path) -> bool {
+    read_this_boot(path).await.is_some()
+}
+
+/// How long ago the Lease was last renewed, carried over a restart: known only when the marker
+/// saw the Lease with the `renewTime` it still carries (`renew_time`, read now), and on this
+/// boot's monotonic clock (`now`).
+pub fn carried_age(m: &Marker, renew_time: Option<&str>, now: &Stamp) -> Option<Duration> {
+    let (seen, renewed) = (m.renew_time.as_deref()?, m.renewed.as_ref()?);
+    if Some(seen) != renew_time || renewed.boot.is_empty() || renewed.boot != now.boot {
+        return None;
+    }
+    let ms = now.boottime_ms.checked_sub(renewed.boottime_ms)?;
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// Records the role: active (with what reaplet knows of the Lease) writes the marker, passive
+/// (`None`) removes it.
+pub async fn record(path: &Path, active: Option<LeaseSeen>) {
+    let r = match active {
+        Some(seen) => {
+            let now = Stamp::now();
+            let ago = i64::try_from(seen.renewed_ago.as_millis()).unwrap_or(i64::MAX);
+            let m = Marker {
+                renewed: Some(now.plus_ms(-ago)),
+                renew_time: seen.renew_time,
+                written: now,
+            };
+            let tmp = path.with_extension("json.tmp");
+            let body = serde_json::to_vec(&m).unwrap_or_default();
+            match tokio::fs::write(&tmp, body).await {
+                Ok(()) => tokio::fs::rename(&tmp, path).await,
+                Err(e) => Err(e),
+            }
         }
-    } else {
-        match tokio::fs::remove_file(path).await {
+        None => match tokio::fs::remove_file(path).await {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
-        }
+        },
     };
     if let Err(e) = r {
-        tracing::warn!(path = %path.display(), active, err = %e, "standby marker not recorded");
+        tracing::warn!(path = %path.display(), err = %e, "standby marker not recorded");
     }
 }
 
@@ -67,16 +123,23 @@ pub async fn record(path: &Path, active: bool) {
 mod tests {
     use super::*;
 
+    fn seen(t: &str, ago: u64) -> Option<LeaseSeen> {
+        Some(LeaseSeen {
+            renew_time: Some(t.into()),
+            renewed_ago: Duration::from_secs(ago),
+        })
+    }
+
     #[tokio::test]
     async fn a_marker_counts_in_its_own_boot_only() {
         let dir = tempfile::tempdir().unwrap();
         let p = path_in(dir.path());
         assert!(!active_this_boot(&p).await, "none");
-        record(&p, true).await;
+        record(&p, seen("a", 50)).await;
         assert!(active_this_boot(&p).await);
-        record(&p, false).await;
+        record(&p, None).await;
         assert!(!active_this_boot(&p).await, "removed");
-        record(&p, false).await; // removing none is done
+        record(&p, None).await; // removing none is done
         let other_boot = Stamp {
             boot: "another-boot".into(),
             ..Stamp::now()
@@ -85,5 +148,38 @@ mod tests {
         assert!(!active_this_boot(&p).await, "another boot's");
         std::fs::write(&p, b"{broken").unwrap();
         assert!(!active_this_boot(&p).await, "unreadable");
+    }
+
+    #[tokio::test]
+    async fn the_leases_age_carries_over_only_while_it_carries_the_renew_time_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path_in(dir.path());
+        record(&p, seen("2026-12-04T10:00:00.000000Z", 50)).await;
+        let m = read_this_boot(&p).await.expect("this boot's");
+        let now = Stamp::now();
+        let age = carried_age(&m, Some("2026-12-04T10:00:00.000000Z"), &now).unwrap();
+        assert!(
+            (Duration::from_secs(50)..Duration::from_secs(52)).contains(&age),
+            "{age:?}"
+        );
+        // renewed since (the kubelet is back), or gone: nothing carries over
+        assert_eq!(
+            carried_age(&m, Some("2026-12-04T10:00:30.000000Z"), &now),
+            None
+        );
+        assert_eq!(carried_age(&m, None, &now), None);
+        // a wall-clock step changes nothing: the age is on CLOCK_BOOTTIME
+        let stepped = Stamp {
+            wall_ms: now.wall_ms + 3_600_000,
+            ..now.clone()
+        };
+        assert_eq!(
+            carried_age(&m, Some("2026-12-04T10:00:00.000000Z"), &stepped),
+            Some(age)
+        );
+        // an older version's marker (a bare stamp) counts as active but carries no age
+        std::fs::write(&p, serde_json::to_vec(&Stamp::now()).unwrap()).unwrap();
+        let old = read_this_boot(&p).await.expect("an old marker still reads");
+        assert_eq!(carried_age(&old, Some("x"), &now), None);
     }
 }

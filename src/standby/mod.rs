@@ -19,22 +19,40 @@
 //!   a kubelet holds this node's Lease (it exists and its `renewTime` is within the threshold)
 //!   or when the Lease cannot be read, or is stale (a node reboot: reaplet may read it before
 //!   the kubelet's first renewal; the start counts as a renewal, so a kubelet that never comes
-//!   back is taken over one threshold later, by the rule below), except after a restart of an
-//!   active reaplet in the same boot ([`marker`]) with the Lease still stale and the endpoint
-//!   failing: active at once, as before the restart; active at once when the Lease
-//!   is missing (no kubelet registered). The latter is "active since start" and ends like any
-//!   takeover: at the first Lease renewal seen (a kubelet registered), after which only the
-//!   standby rule below makes it active again. A Lease never read (no permission, the API down
-//!   since the start) is no signal: the endpoint alone never takes over.
+//!   back is taken over one threshold later, by the rule below). A missing Lease is "no
+//!   kubelet" only when nothing else says there is one: active at once ("active since start",
+//!   ending like any takeover at the first Lease renewal seen) when the Node object does not
+//!   exist under reaplet's node name either and nothing answers on the kubelet's health
+//!   endpoint. A Node without a Lease (a kubelet registered under another name, or not yet),
+//!   a missing Node while something answers the health endpoint (the same, seen from the
+//!   other side), or a Node that cannot be read, is passive with a warning
+//!   ([`Reason::NodeWithoutLease`], [`Reason::NoNodeKubeletAnswers`],
+//!   [`Reason::NodeUnknownAtStart`]): a wrong node name must never look like a dead kubelet. A
+//!   Lease never read (no permission, the API down since the start) is no signal: the endpoint
+//!   alone never takes over.
+//! * A restart of an active reaplet in the same boot ([`marker`]) starts passive too, but does
+//!   not count its start as a renewal: the marker keeps the Lease's `renewTime` and when
+//!   reaplet last saw it change (`CLOCK_BOOTTIME`), so when the Lease still carries that
+//!   `renewTime` the loop knows its age on the monotonic clock and takes over again with the
+//!   same proof as any takeover (three failed probes, a stale read, the consistent read),
+//!   a few seconds after the start instead of a whole threshold ([`Reason::ActiveBeforeRestart`]).
+//!   A kubelet restarted together with reaplet that has not bound its health port yet answers
+//!   one of those probes, or renews: reaplet stays passive.
 //!
 //! The decision is the pure [`decide`] (and [`start_mode`] once at start); [`run`] feeds it.
 //!
 //! # The rule in standby
 //!
-//! Take over ([`Role::Active`]) only when **both** signals say the kubelet is gone: a Lease
-//! *read* (no older than a quarter of the threshold) shows it not renewed for longer than the
-//! threshold (default 40 s) **and** the health endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`]
-//! probes in a row (an error status, a timeout, or nothing listening: the process is gone). A
+//! Take over ([`Role::Active`]) only when **both** signals say the kubelet is gone: a look at
+//! the Lease no older than [`lease::fresh_for`] the threshold (a read, or the last thing its
+//! watch delivered) shows it not renewed for longer than the threshold (default 40 s) **and**
+//! the health endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`] probes in a row (an error status,
+//! a timeout, or nothing listening: the process is gone). Then, before anything is done, the
+//! proof: one consistent read of the Lease (a GET without `resourceVersion`, never served by a
+//! watch cache that may lag) must still show it unrenewed, and the Node object must exist under
+//! reaplet's node name; a consistent read that fails, a missing Lease or a missing Node keep
+//! reaplet passive ([`Reason::TakeoverUnconfirmed`], [`Reason::LeaseMissing`],
+//! [`Reason::NodeMissing`]) and the proof is tried again at the next look. A
 //! Lease that cannot be read (the API down for reaplet, no permission) is not a stale Lease:
 //! the endpoint alone never takes over ([`Reason::LeaseUnread`]), and one slow answer or a
 //! kubelet restarting is not a dead kubelet ([`Reason::KubeletMayBeGone`]). One signal alone is
@@ -127,7 +145,7 @@ pub mod marker;
 mod run;
 
 pub use healthz::{probe, probe_endpoint};
-pub use run::{LEASE_BACKOFF_MAX, START_TIMEOUT, read_needed, run, start};
+pub use run::{LEASE_BACKOFF_MAX, START_TIMEOUT, Started, begin, read_needed, run, start};
 
 /// The namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -249,8 +267,20 @@ pub enum Reason {
     LeaseHeldAtStart,
     /// Auto: the Lease could not be read at start (standby, not yet evaluated).
     LeaseUnknownAtStart,
-    /// Standby, active at start: reaplet was the acting agent before it restarted (in this
-    /// boot), the Lease is still stale and the endpoint fails (active until a renewal is seen).
+    /// Auto, a warning: no Lease, but a Node object under this name: a kubelet registered
+    /// under another name (or not yet): passive.
+    NodeWithoutLease,
+    /// Auto, a warning: neither a Lease nor a Node object under this name, but something
+    /// answers on the kubelet's health endpoint: a kubelet registered under another name.
+    NoNodeKubeletAnswers,
+    /// Auto, a warning: no Lease, and the Node object could not be read: passive.
+    NodeUnknownAtStart,
+    /// Standby, passive at start: reaplet was the acting agent before it restarted (in this
+    /// boot) and the Lease carries the `renewTime` it last saw: the loop takes over again on
+    /// the takeover's proof, the Lease's age known from before the restart.
+    ResumingAfterRestart,
+    /// Standby, active: reaplet was the acting agent before it restarted and the takeover's
+    /// proof holds again (active until a renewal is seen).
     ActiveBeforeRestart,
     /// Standby: the Lease is renewed and the endpoint answers.
     KubeletAlive,
@@ -267,6 +297,15 @@ pub enum Reason {
     /// Standby, active: the Lease is stale (not renewed since the takeover) and the endpoint
     /// fails.
     KubeletGone,
+    /// Standby, a warning: both signals say the kubelet is gone, but the consistent read of
+    /// the Lease or the read of the Node failed: no takeover without them (tried again).
+    TakeoverUnconfirmed,
+    /// Standby, a warning: the kubelet looks gone but its Lease does not exist (deleted, or a
+    /// kubelet under another name): no takeover.
+    LeaseMissing,
+    /// Standby, a warning: the kubelet looks gone but no Node object exists under reaplet's
+    /// node name (a wrong name, or a deleted node): no takeover.
+    NodeMissing,
     /// Standby, active, a warning: the endpoint answers again but the Lease has not been renewed
     /// since reaplet became active (a crash-looping kubelet): still active until it renews.
     HealthzBackNoRenewal,
@@ -286,6 +325,21 @@ impl Reason {
             Self::ConfiguredStandby => "configured standby",
             Self::LeaseHeldAtStart => "a kubelet held the node Lease at start",
             Self::LeaseUnknownAtStart => "the node Lease could not be read at start",
+            Self::NodeWithoutLease => {
+                "no node Lease under this node name but a Node object: a kubelet registered \
+                 under another name, or not yet? passive (check the node name)"
+            }
+            Self::NoNodeKubeletAnswers => {
+                "no node Lease and no Node object under this node name, but a kubelet answers \
+                 healthz: registered under another name? passive (check the node name)"
+            }
+            Self::NodeUnknownAtStart => {
+                "no node Lease, and the Node object could not be read: passive"
+            }
+            Self::ResumingAfterRestart => {
+                "active before the restart in this boot, the node Lease unrenewed since: \
+                 passive until the kubelet is proved gone again"
+            }
             Self::ActiveBeforeRestart => {
                 "resumed as the node's agent: active before the restart, the node Lease still \
                  stale and the kubelet's healthz failing (active until the Lease is renewed)"
@@ -308,6 +362,18 @@ impl Reason {
             Self::KubeletGone => {
                 "took over: the node Lease is read stale and the kubelet's healthz fails"
             }
+            Self::TakeoverUnconfirmed => {
+                "standby: the kubelet looks gone, but the consistent read of the node Lease or \
+                 the read of the Node failed: no takeover without them (warning)"
+            }
+            Self::LeaseMissing => {
+                "standby: the kubelet looks gone, but the node Lease does not exist: no \
+                 takeover (a kubelet registered under another name?) (warning)"
+            }
+            Self::NodeMissing => {
+                "standby: the kubelet looks gone, but no Node object exists under this node \
+                 name: no takeover (check the node name) (warning)"
+            }
             Self::HealthzBackNoRenewal => {
                 "active: the kubelet answers healthz again but has not renewed its Lease since \
                  reaplet became active (warning; hand back at the first renewal)"
@@ -324,6 +390,23 @@ impl Reason {
                 | Self::LeaseUnread
                 | Self::KubeletMayBeGone
                 | Self::HealthzBackNoRenewal
+                | Self::NodeWithoutLease
+                | Self::NoNodeKubeletAnswers
+                | Self::NodeUnknownAtStart
+                | Self::TakeoverUnconfirmed
+                | Self::LeaseMissing
+                | Self::NodeMissing
+        )
+    }
+
+    /// A sign that reaplet's node name may not be the kubelet's (`reaplet check` fails on it).
+    pub fn is_identity_problem(self) -> bool {
+        matches!(
+            self,
+            Self::NodeWithoutLease
+                | Self::NoNodeKubeletAnswers
+                | Self::LeaseMissing
+                | Self::NodeMissing
         )
     }
 }
@@ -336,19 +419,33 @@ pub struct Decision {
     pub reason: Reason,
 }
 
+/// This node's Node object as seen once at start (read only when the Lease is missing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeAtStart {
+    Exists,
+    Missing,
+    /// The API did not answer, or refused the read.
+    Unknown,
+    /// Not read (the Lease exists, or there is no API).
+    NotRead,
+}
+
 /// The mode at start (pure): Auto is always standby (the loop runs); its role is passive when a
 /// kubelet holds the Lease, it cannot be read or it is stale (a reboot), active when it is
-/// missing (until a renewal is seen). Primary only for `--authority=primary` or without an API.
+/// missing, the Node missing too and nothing answering the kubelet's health endpoint (`health`,
+/// probed only then; until a renewal is seen). Primary only for `--authority=primary` or
+/// without an API.
 ///
-/// `resumed`: reaplet was the acting agent before this start, in this boot ([`marker`]), and
-/// the kubelet's health endpoint fails now. With a stale Lease that makes a restart resume as
-/// the node's agent at once (auto or standby), instead of holding every kill under way for
-/// another threshold; with any other Lease it counts for nothing.
+/// `resuming`: reaplet was the acting agent before this start, in this boot, and the Lease still
+/// carries the `renewTime` it last saw ([`marker`]): passive, [`Reason::ResumingAfterRestart`];
+/// the loop takes over again on the takeover's proof.
 pub fn start_mode(
     setting: AuthoritySetting,
     has_api: bool,
     lease: LeaseAtStart,
-    resumed: bool,
+    node: NodeAtStart,
+    health: Health,
+    resuming: bool,
 ) -> Decision {
     let primary = |reason| Decision {
         mode: Mode::Primary,
@@ -368,15 +465,22 @@ pub fn start_mode(
     if !has_api {
         return primary(Reason::NoApi);
     }
+    // something listens on the kubelet's health endpoint (an answer, or an error status)
+    let answers = matches!(health, Health::Ok | Health::Failed);
     match (setting, lease) {
         (AuthoritySetting::Primary, _) => primary(Reason::ConfiguredPrimary),
-        (AuthoritySetting::Standby | AuthoritySetting::Auto, LeaseAtStart::Stale) if resumed => {
-            standby_active(Reason::ActiveBeforeRestart)
+        (AuthoritySetting::Standby | AuthoritySetting::Auto, LeaseAtStart::Stale) if resuming => {
+            standby(Reason::ResumingAfterRestart)
         }
         (AuthoritySetting::Standby, _) => standby(Reason::ConfiguredStandby),
         (AuthoritySetting::Auto, LeaseAtStart::Fresh) => standby(Reason::LeaseHeldAtStart),
         (AuthoritySetting::Auto, LeaseAtStart::Unknown) => standby(Reason::LeaseUnknownAtStart),
-        (AuthoritySetting::Auto, LeaseAtStart::Missing) => standby_active(Reason::NoLeaseAtStart),
+        (AuthoritySetting::Auto, LeaseAtStart::Missing) => match node {
+            NodeAtStart::Exists => standby(Reason::NodeWithoutLease),
+            NodeAtStart::Missing if answers => standby(Reason::NoNodeKubeletAnswers),
+            NodeAtStart::Missing => standby_active(Reason::NoLeaseAtStart),
+            NodeAtStart::Unknown | NodeAtStart::NotRead => standby(Reason::NodeUnknownAtStart),
+        },
         // a node that rebooted: reaplet may read the Lease before the kubelet's first
         // renewal; the start counts as a renewal, so a dead kubelet is taken over from after
         // one threshold, by the standby rule
@@ -407,9 +511,10 @@ pub struct Signals {
 /// role: `None` when passive, `Some(t)` when active since `t` (the takeover, or the start).
 /// Primary is always active.
 ///
-/// Passive: active only when a Lease read no older than a quarter of `threshold` (one of the
-/// kubelet's 10 s renewals by default) saw it unrenewed for longer than `threshold`, and the
-/// endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`] probes in a row. Active (hysteresis):
+/// Passive: active only when a look at the Lease no older than [`lease::fresh_for`]
+/// `threshold` (one of the kubelet's 10 s renewals by default, plus slack) saw it unrenewed for
+/// longer than `threshold`, and the endpoint failed [`FAILED_PROBES_TO_TAKE_OVER`] probes in a
+/// row (the caller then proves it, see [`proved`]). Active (hysteresis):
 /// passive only when a renewal was seen after `t` (`renewed > t`), whatever the endpoint says;
 /// the endpoint alone never hands back.
 pub fn decide(
@@ -441,7 +546,7 @@ pub fn decide(
     }
     let read_lately = seen
         .read
-        .filter(|r| now.saturating_duration_since(*r) <= threshold / 4);
+        .filter(|r| now.saturating_duration_since(*r) <= lease::fresh_for(threshold));
     let Some(read) = read_lately else {
         let reason = match failing {
             true => Reason::LeaseUnread,
@@ -464,6 +569,42 @@ pub fn decide(
         (false, false, _) => (Role::Passive, Reason::KubeletAlive),
     };
     Decision { mode, role, reason }
+}
+
+/// What the takeover's proof found (see the module doc): the consistent read of the Lease,
+/// then the Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The Lease read consistently (and fed to the decision) and the Node exists.
+    Holds,
+    /// The consistent read found no Lease.
+    LeaseMissing,
+    /// No Node object under this name.
+    NodeMissing,
+    /// A read failed (not answered, refused, timed out).
+    Failed,
+}
+
+/// The decision after the takeover's proof (pure): `d` is [`decide`]'s takeover, re-decided on
+/// the consistent read; `resumed` whether the Lease's age came from before a restart.
+pub fn proved(d: Decision, proof: Proof, resumed: bool) -> Decision {
+    let passive = |reason| Decision {
+        mode: d.mode,
+        role: Role::Passive,
+        reason,
+    };
+    match (d.role, proof) {
+        // the consistent read showed a renewal: the re-decision is already passive
+        (Role::Passive, _) => d,
+        (Role::Active, Proof::Holds) if resumed => Decision {
+            reason: Reason::ActiveBeforeRestart,
+            ..d
+        },
+        (Role::Active, Proof::Holds) => d,
+        (Role::Active, Proof::LeaseMissing) => passive(Reason::LeaseMissing),
+        (Role::Active, Proof::NodeMissing) => passive(Reason::NodeMissing),
+        (Role::Active, Proof::Failed) => passive(Reason::TakeoverUnconfirmed),
+    }
 }
 
 /// What [`run`] needs.

@@ -3,8 +3,10 @@
 //! Lease is followed at almost no cost to the control plane).
 //!
 //! Invariants: one decision per look; a look probes the endpoint (local) and reads the Lease
-//! only when following it by watch is forbidden and the decision needs it; one line and one
-//! Node event per change of role; a Lease change seen by the watch is decided on at once.
+//! only when the decision needs it and the watch cannot tell (forbidden, or its news older
+//! than [`lease::fresh_for`] the threshold); a takeover only after its proof (one consistent
+//! Lease read, the Node), at most once per backoff step when it fails; one line and one Node
+//! event per change of role; a Lease change seen by the watch is decided on at once.
 
 use super::healthz::probe_endpoint;
 use super::lease::{self, LeaseApi, Look, Renewals, Watched};
@@ -38,48 +40,155 @@ pub(super) fn lease_at_start(lease: Option<&Lease>, threshold: Duration) -> Leas
 /// How long the start decision waits for the Lease (the agent's start waits for it).
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Decides the mode at start (one Lease GET at the newest version: a missing Lease makes
-/// reaplet active at once, so this one read is not served from a cache that may lag) and returns the first decision; sets `authority`.
+/// The start's decision, and what the loop carries over from before a restart.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub decision: Decision,
+    /// Resuming after a restart of an active reaplet: the Lease's `renewTime` it saw and its
+    /// age at the start ([`marker::carried_age`]).
+    pub resume: Option<(String, Duration)>,
+}
+
+/// Decides the mode at start and returns the first decision; sets `authority`. See
+/// [`begin`].
 pub async fn start(
     cfg: &StandbyConfig,
     client: Option<&kube::Client>,
     authority: &Authority,
 ) -> Decision {
-    let lease = match client {
+    begin(cfg, client, authority).await.decision
+}
+
+/// Decides the mode at start: one Lease GET at the newest version (a missing Lease may make
+/// reaplet active at once, so this one read is not served from a cache that may lag); when it
+/// is missing, one read of the Node object (consistent too) and a probe of the kubelet's
+/// endpoint; the marker of a restart ([`marker`]). Sets `authority`.
+pub async fn begin(
+    cfg: &StandbyConfig,
+    client: Option<&kube::Client>,
+    authority: &Authority,
+) -> Started {
+    let read = match client {
         Some(c) if cfg.setting != AuthoritySetting::Primary => {
             let leases = LeaseApi::new(c.clone(), &cfg.node_name);
             match tokio::time::timeout(START_TIMEOUT, leases.read_latest()).await {
-                Ok(Ok(l)) => lease_at_start(l.as_ref(), cfg.takeover_after),
+                Ok(Ok(l)) => Some((lease_at_start(l.as_ref(), cfg.takeover_after), l)),
                 Ok(Err(e)) => {
                     tracing::warn!(err = %e, "node Lease unreadable at start; standby");
-                    LeaseAtStart::Unknown
+                    None
                 }
                 Err(_) => {
                     tracing::warn!(timeout = ?START_TIMEOUT, "node Lease unanswered at start; standby");
-                    LeaseAtStart::Unknown
+                    None
                 }
             }
         }
-        _ => LeaseAtStart::Unknown,
+        _ => None,
     };
-    // an active reaplet restarted in this boot, the kubelet still not answering: resume
-    let resumed = match (&cfg.marker, lease) {
-        (Some(path), LeaseAtStart::Stale) => {
-            marker::active_this_boot(path).await
-                && probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await != Health::Ok
+    let lease = read.as_ref().map_or(LeaseAtStart::Unknown, |(l, _)| *l);
+    // no Lease: is there a Node under this name, and does something answer the endpoint?
+    let (node, health) = match (client, lease, cfg.setting) {
+        (Some(c), LeaseAtStart::Missing, AuthoritySetting::Auto) => {
+            let nodes = NodeApi::new(c.clone(), &cfg.node_name);
+            let node = match tokio::time::timeout(START_TIMEOUT, nodes.exists_latest()).await {
+                Ok(Ok(true)) => NodeAtStart::Exists,
+                Ok(Ok(false)) => NodeAtStart::Missing,
+                Ok(Err(e)) => {
+                    tracing::warn!(err = %e, "Node unreadable at start; standby");
+                    NodeAtStart::Unknown
+                }
+                Err(_) => NodeAtStart::Unknown,
+            };
+            let health = probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await;
+            (node, health)
         }
-        _ => false,
+        _ => (NodeAtStart::NotRead, Health::Disabled),
     };
-    let d = start_mode(cfg.setting, client.is_some(), lease, resumed);
-    authority.set_active(d.role == Role::Active);
-    tracing::info!(
-        setting = cfg.setting.as_str(),
-        mode = d.mode.as_str(),
-        role = d.role.as_str(),
-        why = d.reason.as_str(),
-        "authority"
+    // an active reaplet restarted in this boot, the Lease unrenewed since it last saw it
+    let resume = match (&cfg.marker, &read) {
+        (Some(path), Some((LeaseAtStart::Stale, l))) => {
+            marker::read_this_boot(path).await.and_then(|m| {
+                let now_renew = l.as_ref().and_then(lease::renew_time);
+                let age =
+                    marker::carried_age(&m, now_renew.as_deref(), &crate::deadline::Stamp::now())?;
+                Some((now_renew?, age))
+            })
+        }
+        _ => None,
+    };
+    let d = start_mode(
+        cfg.setting,
+        client.is_some(),
+        lease,
+        node,
+        health,
+        resume.is_some(),
     );
-    d
+    authority.set_active(d.role == Role::Active);
+    let line = |d: &Decision| {
+        if d.reason.is_warning() {
+            tracing::warn!(
+                setting = cfg.setting.as_str(),
+                mode = d.mode.as_str(),
+                role = d.role.as_str(),
+                node = %cfg.node_name,
+                health = health.as_str(),
+                why = d.reason.as_str(),
+                "authority"
+            );
+        } else {
+            tracing::info!(
+                setting = cfg.setting.as_str(),
+                mode = d.mode.as_str(),
+                role = d.role.as_str(),
+                why = d.reason.as_str(),
+                "authority"
+            );
+        }
+    };
+    line(&d);
+    Started {
+        decision: d,
+        resume: resume.filter(|_| d.reason == Reason::ResumingAfterRestart),
+    }
+}
+
+/// This node's Node object: whether it exists.
+#[derive(Clone)]
+pub(super) struct NodeApi {
+    api: kube::Api<k8s_openapi::api::core::v1::Node>,
+    node: String,
+}
+
+impl NodeApi {
+    pub(super) fn new(client: kube::Client, node: &str) -> Self {
+        Self {
+            api: kube::Api::all(client),
+            node: node.into(),
+        }
+    }
+
+    /// Whether it exists, at the newest version (once at start).
+    async fn exists_latest(&self) -> Result<bool, crate::api::RequestError> {
+        crate::api::bounded(self.api.get_metadata_opt(&self.node))
+            .await
+            .map(|n| n.is_some())
+    }
+
+    /// Whether it exists, from the watch cache (`resourceVersion=0`: a Node's existence does
+    /// not lag in a way that matters; the takeover's proof).
+    async fn exists_cached(&self) -> Result<bool, crate::api::RequestError> {
+        match crate::api::bounded(
+            self.api
+                .get_metadata_with(&self.node, &kube::api::GetParams::any()),
+        )
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(404) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// The longest wait between two Lease reads while the API server fails them.
@@ -106,27 +215,34 @@ pub fn read_needed(
 
 /// In standby (which includes auto mode, whatever the role at start): looks at the two signals
 /// every `cfg.poll` and at every Lease change the watch sees, feeds [`decide`] with the current
-/// role, flips `authority` on every change of role (one line and one Node event each) and
-/// publishes every decision on `state`. Returns at once in primary mode (`--authority=primary`
-/// or no API: primary for the life of the process). The Lease is followed by a watch where the
-/// identity may; else read from the cache when [`read_needed`]; a read that fails backs off (to
-/// [`LEASE_BACKOFF_MAX`]) when the server answered it, and waits for the server when it did
-/// not (`api_health`: the agent's prober tries it for everyone).
+/// role, proves a takeover before making it ([`proved`]: a consistent Lease read, the Node),
+/// flips `authority` on every change of role (one line and one Node event each) and publishes
+/// every decision on `state`. Returns at once in primary mode (`--authority=primary` or no API:
+/// primary for the life of the process). The Lease is followed by a watch where the identity
+/// may; else, or while the watch's news is older than [`lease::fresh_for`] the threshold, read
+/// from the cache when [`read_needed`]; a read that fails backs off (to [`LEASE_BACKOFF_MAX`])
+/// when the server answered it, and waits for the server when it did not (`api_health`: the
+/// agent's prober tries it for everyone).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     cfg: StandbyConfig,
     client: kube::Client,
     api_health: crate::api::health::ApiHealth,
-    first: Decision,
+    first: Started,
     authority: Arc<Authority>,
     events: EventSink,
     state: watch::Sender<Decision>,
     cancel: CancellationToken,
 ) {
+    let Started {
+        decision: first,
+        resume,
+    } = first;
     if first.mode == Mode::Primary {
         return;
     }
-    let leases = LeaseApi::new(client, &cfg.node_name);
+    let leases = LeaseApi::new(client.clone(), &cfg.node_name);
+    let nodes = NodeApi::new(client, &cfg.node_name);
     let (watched_tx, mut watched) = watch::channel(Watched::Starting);
     let follower = cancel.child_token();
     let _stop_follower = follower.clone().drop_guard();
@@ -137,42 +253,60 @@ pub async fn run(
         follower,
     ));
     let start = Instant::now();
-    let mut renewals = Renewals::new(start, cfg.takeover_after);
+    // resuming after a restart: the Lease's age is known from before it; else the start counts
+    // as a renewal
+    let (mut renewals, mut resuming) = match resume {
+        Some((renew_time, age)) => (
+            Renewals::resumed(start, cfg.takeover_after, renew_time.clone(), age),
+            Some(renew_time),
+        ),
+        None => (Renewals::new(start, cfg.takeover_after), None),
+    };
     // active at start (auto, Lease missing): active since the start, until a renewal is seen
     // after it (`renewed > start`: the start itself never counts)
     let mut active_since = (first.role == Role::Active).then_some(start);
-    if let Some(path) = &cfg.marker {
-        marker::record(path, first.role == Role::Active).await;
+    // resuming: the marker stays until the takeover rewrites it or a renewal removes it
+    if let (Some(path), None) = (&cfg.marker, &resuming) {
+        marker::record(path, seen_if(first.role, &renewals)).await;
     }
     let mut last = first;
     let mut read_due = start;
-    let mut backoff = crate::backoff::Backoff::new(crate::backoff::Policy {
+    let mut proof_due = start;
+    let policy = crate::backoff::Policy {
         min: cfg.poll,
         max: LEASE_BACKOFF_MAX,
-    });
+    };
+    let mut backoff = crate::backoff::Backoff::new(policy);
+    let mut proof_backoff = crate::backoff::Backoff::new(policy);
+    let fresh = lease::fresh_for(cfg.takeover_after);
     let mut lease_failing = false;
     let mut failed_probes: u32 = 0;
     let mut forbidden_seen = false;
     let mut following = true;
+    // the last probe: probes are a poll apart, whatever else wakes the loop (a Lease change,
+    // the watch refused, the server back), so that three failed probes in a row span two
+    // polls and never a few milliseconds
+    let mut probed: Option<(Instant, Health)> = None;
     loop {
-        let health = probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await;
-        failed_probes = match health {
-            Health::Ok | Health::Disabled => 0,
-            Health::Failed | Health::Gone => failed_probes.saturating_add(1),
+        let health = match probed {
+            Some((at, h)) if at.elapsed() < cfg.poll => h,
+            _ => {
+                let h = probe_endpoint(cfg.healthz_url.as_deref(), cfg.probe_timeout).await;
+                probed = Some((Instant::now(), h));
+                failed_probes = match h {
+                    Health::Ok | Health::Disabled => 0,
+                    Health::Failed | Health::Gone => failed_probes.saturating_add(1),
+                };
+                h
+            }
         };
-        // what the watch has seen
-        let forbidden = {
-            let w = watched.borrow_and_update();
-            match &*w {
-                Watched::Starting => false,
-                Watched::Forbidden => true,
-                Watched::Seen { look, at, current } => {
-                    renewals.observe(*at, look);
-                    if *current {
-                        renewals.unchanged_until(Instant::now());
-                    }
-                    false
-                }
+        // what the watch has delivered, as of when it did (an open watch is no news)
+        let forbidden = match &*watched.borrow_and_update() {
+            Watched::Starting => false,
+            Watched::Forbidden => true,
+            Watched::Seen { look, at } => {
+                renewals.observe(*at, look);
+                false
             }
         };
         if forbidden && !forbidden_seen {
@@ -181,7 +315,11 @@ pub async fn run(
             read_due = Instant::now();
         }
         let now = Instant::now();
-        let want = forbidden
+        // the watch refused, or its news too old (silent, relisting, failing): read on demand
+        let known = renewals
+            .read()
+            .is_some_and(|r| now.saturating_duration_since(r) <= fresh);
+        let want = (forbidden || !known)
             && now >= read_due
             && api_health.is_reachable()
             && read_needed(
@@ -222,24 +360,80 @@ pub async fn run(
                 }
             }
         }
-        let now = Instant::now();
         // a Lease not read lately (no permission, the API down) is no signal: the endpoint
         // alone never takes over
-        let seen = Signals {
+        let signals = |renewals: &Renewals| Signals {
             renewed: renewals.renewed(),
             read: renewals.read(),
             health,
             failed_probes,
         };
-        let d = decide(Mode::Standby, cfg.takeover_after, now, seen, active_since);
+        let mut d = decide(
+            Mode::Standby,
+            cfg.takeover_after,
+            Instant::now(),
+            signals(&renewals),
+            active_since,
+        );
+        if d.role == Role::Active && active_since.is_none() {
+            // a takeover: proved first by a consistent read of the Lease, then the Node
+            let proof = match Instant::now() >= proof_due {
+                false => Proof::Failed,
+                true => match leases.read_latest().await {
+                    Err(e) => {
+                        tracing::debug!(err = %e, "node Lease: consistent read failed");
+                        Proof::Failed
+                    }
+                    Ok(l) => {
+                        renewals.observe(Instant::now(), &Look::of(l.as_ref()));
+                        d = decide(
+                            Mode::Standby,
+                            cfg.takeover_after,
+                            Instant::now(),
+                            signals(&renewals),
+                            active_since,
+                        );
+                        match (l, d.role) {
+                            (_, Role::Passive) => Proof::Holds,
+                            (None, _) => Proof::LeaseMissing,
+                            (Some(_), _) => match nodes.exists_cached().await {
+                                Ok(true) => Proof::Holds,
+                                Ok(false) => Proof::NodeMissing,
+                                Err(e) => {
+                                    tracing::debug!(err = %e, "Node read failed");
+                                    Proof::Failed
+                                }
+                            },
+                        }
+                    }
+                },
+            };
+            d = proved(d, proof, resuming.is_some());
+            if d.role == Role::Passive && proof != Proof::Holds && Instant::now() >= proof_due {
+                // tried and not proved: not again before the backoff (a quorum read each time)
+                let f = crate::backoff::Failure::Answered { retry_after: None };
+                proof_due = Instant::now() + proof_backoff.failed(f, rand::random());
+            } else if proof == Proof::Holds {
+                proof_backoff.succeeded();
+            }
+        }
+        // resuming, and the kubelet renewed since: nothing carries over any more
+        if resuming.is_some() && renewals.renew_time() != resuming.as_deref() {
+            resuming = None;
+            if let (Some(path), Role::Passive) = (&cfg.marker, d.role) {
+                marker::record(path, None).await;
+            }
+        }
+        let now = Instant::now();
         if d.role != last.role {
             active_since = (d.role == Role::Active).then_some(now);
+            resuming = None;
         }
         if d != last {
             let age = renewals.renewed().elapsed();
             authority.set_active(d.role == Role::Active);
             if let (Some(path), true) = (&cfg.marker, d.role != last.role) {
-                marker::record(path, d.role == Role::Active).await;
+                marker::record(path, seen_if(d.role, &renewals)).await;
             }
             let msg = format!(
                 "{} (no Lease renewal seen for {:.0?}, Lease last read {}, healthz {}{})",
@@ -267,6 +461,7 @@ pub async fn run(
                         why = d.reason.as_str(),
                         ?age,
                         health = health.as_str(),
+                        node = %cfg.node_name,
                         "standby"
                     );
                 }
@@ -286,4 +481,12 @@ pub async fn run(
             _ = api_health.reachable(), if down => {}
         }
     }
+}
+
+/// What the marker keeps for `role`: active, the Lease as last seen; passive, nothing.
+fn seen_if(role: Role, renewals: &Renewals) -> Option<marker::LeaseSeen> {
+    (role == Role::Active).then(|| marker::LeaseSeen {
+        renew_time: renewals.renew_time().map(str::to_owned),
+        renewed_ago: renewals.renewed().elapsed(),
+    })
 }

@@ -32,7 +32,17 @@ fn seen(now: Instant, renewed: Instant, health: Health) -> Signals {
 #[test]
 fn auto_is_always_standby_passive_when_a_kubelet_holds_the_lease_active_otherwise() {
     use AuthoritySetting::*;
-    let s = |setting, api, lease| start_mode(setting, api, lease, false);
+    // a missing Lease: the Node is missing too and nothing answers (no kubelet at all)
+    let s = |setting, api, lease| {
+        start_mode(
+            setting,
+            api,
+            lease,
+            NodeAtStart::Missing,
+            Health::Gone,
+            false,
+        )
+    };
     assert_eq!(s(Auto, true, LeaseAtStart::Fresh).mode, Mode::Standby);
     assert_eq!(s(Auto, true, LeaseAtStart::Fresh).role, Role::Passive);
     assert_eq!(
@@ -156,7 +166,14 @@ async fn a_crash_looping_kubelet_answering_healthz_without_renewing_keeps_reaple
 async fn a_reboot_starts_passive_and_takes_over_only_by_the_rule() {
     // start: the Lease is stale (the kubelet has not renewed since before the reboot): passive,
     // the start counting as the last renewal (what `run` does)
-    let first = start_mode(AuthoritySetting::Auto, true, LeaseAtStart::Stale, false);
+    let first = start_mode(
+        AuthoritySetting::Auto,
+        true,
+        LeaseAtStart::Stale,
+        NodeAtStart::NotRead,
+        Health::Disabled,
+        false,
+    );
     assert_eq!(
         (first.mode, first.role, first.reason),
         (Mode::Standby, Role::Passive, Reason::StaleLeaseAtStart)
@@ -306,8 +323,8 @@ async fn a_lease_not_read_lately_is_not_a_stale_lease() {
         None,
     );
     assert_eq!((d.role, d.reason), (Role::Passive, Reason::KubeletAlive));
-    // a read a quarter threshold old still counts; older does not
-    let read = now - T / 4;
+    // a look a renewal period and a half old (15 s of 40) still counts; older does not
+    let read = now - lease::fresh_for(T);
     let d = decide(
         Mode::Standby,
         T,
@@ -363,29 +380,119 @@ async fn a_takeover_needs_failed_probes_in_a_row() {
     assert_eq!((d.role, d.reason), (Role::Active, Reason::KubeletGone));
 }
 
-/// Issue 38, item 2: a restart of an active reaplet (this boot's marker) with the Lease still
-/// stale and the endpoint failing resumes as the node's agent at once, in auto or standby
-/// (before: passive, its start counted as a renewal: every kill under way held one more
-/// threshold). The marker counts for nothing beside any other Lease, nor in primary mode.
+/// Issue 44, item 3: a restart of an active reaplet (this boot's marker, the Lease still
+/// carrying the renewTime it saw) starts passive in auto or standby and takes over again only
+/// on the takeover's proof (the loop: three failed probes, a stale read, the consistent read;
+/// before: active at start on one probe). The marker counts for nothing beside any other
+/// Lease, nor in primary mode.
 #[test]
-fn a_restart_of_the_acting_agent_resumes_only_on_a_stale_lease() {
+fn a_restart_of_the_acting_agent_starts_passive_and_resumes_only_on_the_proof() {
     use AuthoritySetting::*;
+    let s = |setting, lease, resuming| {
+        start_mode(
+            setting,
+            true,
+            lease,
+            NodeAtStart::NotRead,
+            Health::Disabled,
+            resuming,
+        )
+    };
     for setting in [Auto, Standby] {
-        let d = start_mode(setting, true, LeaseAtStart::Stale, true);
+        let d = s(setting, LeaseAtStart::Stale, true);
         assert_eq!(
             (d.mode, d.role, d.reason),
-            (Mode::Standby, Role::Active, Reason::ActiveBeforeRestart)
+            (Mode::Standby, Role::Passive, Reason::ResumingAfterRestart)
         );
         for lease in [LeaseAtStart::Fresh, LeaseAtStart::Unknown] {
-            assert_eq!(start_mode(setting, true, lease, true).role, Role::Passive);
+            assert_eq!(s(setting, lease, true).role, Role::Passive);
         }
+        assert_eq!(s(setting, LeaseAtStart::Stale, false).role, Role::Passive);
+    }
+    assert_eq!(s(Standby, LeaseAtStart::Missing, true).role, Role::Passive);
+    assert_eq!(s(Primary, LeaseAtStart::Stale, true).role, Role::Active);
+    // the loop's takeover, proved, is the resumption
+    let takeover = Decision {
+        mode: Mode::Standby,
+        role: Role::Active,
+        reason: Reason::KubeletGone,
+    };
+    let d = proved(takeover, Proof::Holds, true);
+    assert_eq!(
+        (d.role, d.reason),
+        (Role::Active, Reason::ActiveBeforeRestart)
+    );
+    assert_eq!(proved(takeover, Proof::Failed, true).role, Role::Passive);
+}
+
+/// Issue 44, item 1: a missing Lease is "no kubelet" (active at start) only when no Node
+/// object exists under the name either and nothing answers on the kubelet's endpoint; a Node
+/// without a Lease, a missing Node while the endpoint answers (even with an error), or a Node
+/// that cannot be read, is passive with a warning that names the node-name problem.
+#[test]
+fn a_missing_lease_is_no_kubelet_only_when_nothing_says_there_is_one() {
+    let s = |node, health| {
+        start_mode(
+            AuthoritySetting::Auto,
+            true,
+            LeaseAtStart::Missing,
+            node,
+            health,
+            false,
+        )
+    };
+    for health in [Health::Gone, Health::Disabled] {
+        let d = s(NodeAtStart::Missing, health);
+        assert_eq!((d.role, d.reason), (Role::Active, Reason::NoLeaseAtStart));
+    }
+    for health in [Health::Ok, Health::Failed] {
+        let d = s(NodeAtStart::Missing, health);
         assert_eq!(
-            start_mode(setting, true, LeaseAtStart::Stale, false).role,
-            Role::Passive
+            (d.role, d.reason),
+            (Role::Passive, Reason::NoNodeKubeletAnswers)
+        );
+        assert!(d.reason.is_warning() && d.reason.is_identity_problem());
+    }
+    for health in [Health::Ok, Health::Failed, Health::Gone, Health::Disabled] {
+        let d = s(NodeAtStart::Exists, health);
+        assert_eq!(
+            (d.role, d.reason),
+            (Role::Passive, Reason::NodeWithoutLease)
+        );
+        assert!(d.reason.is_warning() && d.reason.is_identity_problem());
+        let d = s(NodeAtStart::Unknown, health);
+        assert_eq!(
+            (d.role, d.reason),
+            (Role::Passive, Reason::NodeUnknownAtStart)
         );
     }
-    assert_eq!(
-        start_mode(Standby, true, LeaseAtStart::Missing, true).role,
-        Role::Passive
-    );
+}
+
+/// Issue 44, item 2: a takeover that [`decide`] makes is carried out only on its proof: the
+/// consistent read (a renewal it shows is already in the re-decision), the Lease present, the
+/// Node present; anything else is passive with a warning.
+#[test]
+fn a_takeover_needs_its_proof() {
+    let takeover = Decision {
+        mode: Mode::Standby,
+        role: Role::Active,
+        reason: Reason::KubeletGone,
+    };
+    assert_eq!(proved(takeover, Proof::Holds, false), takeover);
+    for (proof, reason) in [
+        (Proof::Failed, Reason::TakeoverUnconfirmed),
+        (Proof::LeaseMissing, Reason::LeaseMissing),
+        (Proof::NodeMissing, Reason::NodeMissing),
+    ] {
+        let d = proved(takeover, proof, false);
+        assert_eq!((d.role, d.reason), (Role::Passive, reason));
+        assert!(d.reason.is_warning());
+    }
+    // the consistent read showed a renewal: the re-decision stands
+    let renewed = Decision {
+        role: Role::Passive,
+        reason: Reason::HealthzFailing,
+        ..takeover
+    };
+    assert_eq!(proved(renewed, Proof::Holds, false), renewed);
 }

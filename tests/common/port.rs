@@ -6,8 +6,11 @@
 /// Taken below the kernel's ephemeral range (`ip_local_port_range`), never the same twice in
 /// this process: a port from `bind(:0)` is in that range, where any outgoing connection on
 /// the machine may take it before the component binds it (CI saw the kubelet exit with
-/// `bind: address already in use` on such a port).
+/// `bind: address already in use` on such a port). Never the kubelet's default ports
+/// (10248 healthz, 10250 API, 10255 read-only): reaplet probes 127.0.0.1:10248 by default, and
+/// a test's listener there would look like a live kubelet to an in-process agent.
 pub fn free_port() -> u16 {
+    const KUBELET_DEFAULTS: [u16; 3] = [10248, 10250, 10255];
     use std::collections::HashSet;
     use std::sync::Mutex;
     static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
@@ -29,7 +32,9 @@ pub fn free_port() -> u16 {
         x ^= x >> 7;
         x ^= x << 17;
         let p = low + (x % u64::from(high - low)) as u16;
-        if !given.contains(&p) && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+        if !given.contains(&p)
+            && !KUBELET_DEFAULTS.contains(&p)
+            && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
             given.insert(p);
             return p;
         }

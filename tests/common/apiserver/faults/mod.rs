@@ -6,13 +6,15 @@
 //! Connection faults: `ApiServer::refuse_connections_for` (listener closed, open connections
 //! cut). Request faults are [`FaultRule`]s, tried in the order they were added; the first live
 //! one matching a request acts on it and counts it. A rule is:
-//! * a [`Match`]: method, verb, resource, subresource, namespace, name, watch or not, user;
+//! * a [`Match`]: method, verb, resource, subresource, namespace, name, watch or not, user,
+//!   consistent read (no `resourceVersion`) or not;
 //!   every field optional (`Match::any()` matches every authenticated request);
 //! * an [`Action`]: answer a code, with the `metav1.Status` the real server sends (429
 //!   `TooManyRequests`, 500 `InternalError`, 503 `ServiceUnavailable`, 504 `Timeout`), and a
 //!   `Retry-After` header with `details.retryAfterSeconds`, as the server pairs them; stall
 //!   (accepted, never answered until the rule is removed or its time is up, then handled, or
-//!   until [`cut_rule`] or a cut connection); reset (connection closed, no answer); pass (with
+//!   until [`cut_rule`] or a cut connection); reset (connection closed, no answer); an empty
+//!   watch (`200`, no body: the stream ends at once); pass (with
 //!   `after(d)`: the normal answer, late); slow body (the handler's answer, its body trickled
 //!   at N bytes/s and/or after a delay before the first byte; these rules are looked up
 //!   after the handler, apart from the others). `after(d)` delays any other action by `d`;
@@ -330,6 +332,15 @@ fn watch_expired() -> Reply {
         .expect("valid response")
 }
 
+/// A watch's `200` with an empty body.
+fn empty_watch() -> Reply {
+    hyper::Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::new()).boxed())
+        .expect("valid response")
+}
+
 /// Before the handler: the first live rule matching `req` acts.
 pub async fn before(state: &State, req: &Req) -> Verdict {
     let (rule, until, mut gate, stats) = {
@@ -345,6 +356,7 @@ pub async fn before(state: &State, req: &Req) -> Verdict {
     match rule.action {
         Action::Answer { code, retry_after } => Verdict::Answer(error_answer(code, retry_after)),
         Action::WatchExpired => Verdict::Answer(watch_expired()),
+        Action::EmptyWatch => Verdict::Answer(empty_watch()),
         Action::Pass | Action::SlowBody { .. } => Verdict::Pass,
         Action::Reset => Verdict::Reset,
         Action::Stall => {

@@ -20,6 +20,9 @@ pub struct Match {
     pub watch: Option<bool>,
     /// The user name (`system:node:node-a`, `kubernetes-admin`).
     pub user: Option<String>,
+    /// `Some(true)`: a read without `resourceVersion` (a consistent read, from etcd);
+    /// `Some(false)`: one with it (`0`: served from the watch cache).
+    pub consistent: Option<bool>,
 }
 
 /// Builder methods setting one field each.
@@ -46,14 +49,27 @@ impl Match {
         self.user = Some(u.name());
         self
     }
+    pub fn consistent(mut self, c: bool) -> Match {
+        self.consistent = Some(c);
+        self
+    }
 
-    fn test(&self, method: &str, a: Option<&Attrs>, watch: bool, user: &str) -> bool {
+    fn test(
+        &self,
+        method: &str,
+        a: Option<&Attrs>,
+        watch: bool,
+        user: &str,
+        rv: Option<&str>,
+    ) -> bool {
         let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         let attr = |want: &Option<String>, f: fn(&Attrs) -> &str| {
             want.is_none() || a.is_some_and(|a| is(want, f(a)))
         };
+        let consistent = rv.is_none_or(str::is_empty);
         is(&self.method, method)
             && is(&self.user, user)
+            && self.consistent.is_none_or(|c| c == consistent)
             && self.watch.is_none_or(|w| w == watch)
             && attr(&self.verb, |a| &a.verb)
             && attr(&self.resource, |a| &a.resource)
@@ -68,6 +84,7 @@ impl Match {
             Some(&req.attrs),
             req.is_watch(),
             &req.user.name(),
+            req.q("resourceVersion"),
         )
     }
 
@@ -75,7 +92,8 @@ impl Match {
     pub fn matches_recorded(&self, r: &Recorded) -> bool {
         let attrs = request_info(&r.method, &r.path, &r.query);
         let watch = matches!(r.query.get("watch").map(String::as_str), Some("true" | "1"));
-        self.test(&r.method, attrs.as_ref(), watch, &r.user)
+        let rv = r.query.get("resourceVersion").map(String::as_str);
+        self.test(&r.method, attrs.as_ref(), watch, &r.user, rv)
     }
 }
 
@@ -93,6 +111,9 @@ pub enum Action {
     /// A watch answered 200 with one `ERROR` event, `410 Expired` ("too old resource
     /// version", what the real server's watch cache sends), then ended: a client relists.
     WatchExpired,
+    /// A watch answered `200` with an empty body: it ends at once, having sent nothing (a
+    /// proxy or load balancer that ends watch streams).
+    EmptyWatch,
     /// The handler's answer, its body at `bytes_per_sec` (if any) after `first_byte`.
     SlowBody {
         bytes_per_sec: Option<u64>,
@@ -130,6 +151,9 @@ impl FaultRule {
     }
     pub fn watch_expired() -> FaultRule {
         FaultRule::new(Action::WatchExpired)
+    }
+    pub fn empty_watch() -> FaultRule {
+        FaultRule::new(Action::EmptyWatch)
     }
     pub fn stall() -> FaultRule {
         FaultRule::new(Action::Stall)
