@@ -34,7 +34,8 @@ pub fn free_port() -> u16 {
         let p = low + (x % u64::from(high - low)) as u16;
         if !given.contains(&p)
             && !KUBELET_DEFAULTS.contains(&p)
-            && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+        {
             given.insert(p);
             return p;
         }
