@@ -219,6 +219,47 @@ async fn a_lease_watch_ending_at_once_backs_off() {
     stop(h, kubelet).await;
 }
 
+/// Item 2, the converse: an identity that may watch the Lease, whose Lease list is never
+/// answered (the watch never starts, so it never delivers); the kubelet then dies. Before: no
+/// watch news and no read either (reads were only for identities refused the watch): the
+/// Lease stayed unread and the dead kubelet was never taken over. After: no news is unknown,
+/// the Lease is read on demand, and the takeover comes one threshold after the last renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_watch_that_never_delivers_falls_back_to_reads() {
+    const THRESHOLD: Duration = Duration::from_secs(3);
+    const POLL: Duration = Duration::from_millis(500);
+    let mut h = ApiHarness::new("sb-never-delivers").await;
+    let api = h.api.handle();
+    let mut kubelet = StandIn::new(api.handle(), NODE, POLL);
+    kubelet.start().await;
+    let stalled = api.inject(
+        FaultRule::stall().matching(Match::any().resource("leases").verb("list").watch(false)),
+    );
+    spawn_standby(&mut h, &User::Admin, Some(kubelet.url()), THRESHOLD, POLL).await;
+    let start = Instant::now();
+    while api.stalled_by(stalled) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the list never came"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kubelet.stop().await;
+    let took = wait_node_event(
+        &api,
+        "ReapletTookOver",
+        0,
+        THRESHOLD + 6 * POLL + Duration::from_secs(15),
+    )
+    .await;
+    println!(
+        "Lease list never answered, the kubelet stopped: took over {took:?} later (threshold {THRESHOLD:?}), {} Lease reads",
+        lease_requests(&api, Match::any().verb("get")).len()
+    );
+    api.clear_faults();
+    stop(h, kubelet).await;
+}
+
 /// Item 2: the kubelet gone (no renewal, nothing on its endpoint), the node identity (reads
 /// on demand, served from the watch cache) and the consistent read of the Lease failing
 /// (`500` on a GET without `resourceVersion`). Before: takeover one threshold after the last
