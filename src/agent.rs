@@ -244,6 +244,9 @@ impl<R: Runtime> AgentState for Live<R> {
 
     fn ready(&self) -> Result<(), String> {
         self.runtime_ready()?;
+        if let Some(why) = self.workers.identity_problem() {
+            return Err(why);
+        }
         if self.awaits_list() {
             return Err("waiting for the first complete pod list".into());
         }
@@ -430,6 +433,11 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     };
     if let Some(kc) = cfg.kube.clone() {
         let client = api::client::client(kc).map_err(AgentError::Api)?;
+        // an orphan is ended only once a read confirms its object gone (issue 44)
+        workers.set_orphan_lookup(
+            Box::new(crate::workers::ApiLookup::new(client.clone())),
+            &cfg.node_name,
+        );
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
         api_health = Some(health.clone());
@@ -467,6 +475,20 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             // never holds a kill for want of a decision
             let first = standby::begin(&scfg, Some(&client), &authority).await;
             authority_tx.send_replace(first.decision);
+            // a decision that says the node's name is not the kubelet's: the metric
+            let mut decisions = authority_tx.subscribe();
+            let m = metrics.clone();
+            tracker.spawn(async move {
+                loop {
+                    let problem = decisions.borrow_and_update().reason.identity_problem();
+                    for p in ["node_missing", "lease_missing"] {
+                        m.set_identity_problem(p, problem == Some(p));
+                    }
+                    if decisions.changed().await.is_err() {
+                        return;
+                    }
+                }
+            });
             tracker.spawn(standby::run(
                 scfg,
                 client.clone(),

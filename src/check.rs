@@ -6,16 +6,20 @@
 //! * it reads and asks, never changes anything (no cgroup, pod, lock or file is touched);
 //! * the output is one table ([`render`]): a `CHECK` column, `PASS`/`WARN`/`FAIL`, a detail;
 //!   the exit code is 1 when a line fails, else 0 (warnings included);
-//! * the API permissions reviewed are exactly those the configured modes use (`check/access.rs`).
+//! * the API permissions reviewed are exactly those the configured modes use (`check/access.rs`);
+//! * the node's name is shown with where it came from, and fails when no kubelet is
+//!   registered under it: no Node, or a Node with no Lease (`check/node.rs`).
 
 use crate::agent::detect_cgroup_driver;
-use crate::agent::start::{HostNameError, node_name};
+use crate::agent::start::{HostNameError, node_identity};
 use crate::cgroups::{self, CgroupMode};
+use crate::config::identity::NameFrom;
 use crate::config::{KubeletSummary, Loaded, Settings};
 use crate::cri::{CriClient, CriConfig, CriError, EventSource, Runtime};
 use std::path::Path;
 
 mod access;
+mod node;
 pub use access::{Need, Target, needed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +83,8 @@ pub async fn command(
     kube: Option<kube::Config>,
 ) -> Result<(String, i32), HostNameError> {
     let s = &loaded.settings;
-    let node = node_name(s)?;
-    let lines = run(s, &node, Ok(kube), &HostPaths::default()).await;
+    let (node, from) = node_identity(s)?;
+    let lines = run(s, (&node, from), Ok(kube), &HostPaths::default()).await;
     Ok(render(loaded.kubelet.as_ref(), &lines))
 }
 
@@ -109,11 +113,11 @@ pub fn render(kubelet: Option<&KubeletSummary>, lines: &[Line]) -> (String, i32)
     (out, if failed { 1 } else { 0 })
 }
 
-/// Runs every check. `kube`: the API client configuration, if any could be built (its error
-/// otherwise).
+/// Runs every check. `node`: the node's name and where it came from; `kube`: the API client
+/// configuration, if any could be built (its error otherwise).
 pub async fn run(
     settings: &Settings,
-    node: &str,
+    (node, from): (&str, NameFrom),
     kube: Result<Option<kube::Config>, String>,
     host: &HostPaths<'_>,
 ) -> Vec<Line> {
@@ -285,6 +289,7 @@ pub async fn run(
                 Outcome::Pass,
                 "none: static manifests only",
             ));
+            out.push(node::judge(settings, node, from, None));
             out.push(authority_check(settings, node, None).await);
         }
         Ok(None) => out.push(line(
@@ -295,6 +300,11 @@ pub async fn run(
         Ok(Some(cfg)) => {
             let client = crate::api::client::client(cfg.clone()).ok();
             out.push(access::check(cfg, node, &needed(settings)).await);
+            let registration = match &client {
+                Some(c) => Some(node::registration(c, node).await),
+                None => None,
+            };
+            out.push(node::judge(settings, node, from, registration.as_ref()));
             out.push(authority_check(settings, node, client).await);
         }
     }

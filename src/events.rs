@@ -1,5 +1,6 @@
 //! Pod events: kubelet's `record.EventRecorder` use in the termination path
 //! (`events.KillingContainer`, `FailedPreStopHook`, `FailedKillPod`, `ExceededGracePeriod`),
+//! reaplet's own `NodeNameMismatch` (its node name is wrong: no orphan is ended),
 //! and node events ([`NodeEventReason`]: `ContainerRuntimeUnhealthy`, `ReapletTookOver`,
 //! `ReapletHandedBack`).
 //!
@@ -41,6 +42,10 @@ pub enum EventReason {
     /// Warning: an eviction is refused (a PodDisruptionBudget, a misconfiguration); recorded once
     /// per pod and cause, retried.
     EvictionBlocked,
+    /// Warning: a runtime pod reaplet found with no object under its node's name has its object
+    /// bound to another node: reaplet's node name is wrong, and it ends no orphan (recorded
+    /// once each time the problem is found).
+    NodeNameMismatch,
 }
 
 impl EventReason {
@@ -55,6 +60,7 @@ impl EventReason {
             Self::TaintManagerEviction => "TaintManagerEviction",
             Self::NodeAffinityEviction => "NodeAffinityEviction",
             Self::EvictionBlocked => "EvictionBlocked",
+            Self::NodeNameMismatch => "NodeNameMismatch",
         }
     }
 

@@ -175,7 +175,7 @@ async fn dispatch(command: Command) -> Result<i32> {
             let export = s
                 .tracing
                 .as_ref()
-                .map(|t| (t, metrics.span_drops(), s.hostname_override.clone()));
+                .map(|t| (t, metrics.span_drops(), start::node_name(s).ok()));
             let traces = reaplet::logs::init(s.log_format, export);
             log_config(&loaded);
             match stop {

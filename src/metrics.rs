@@ -60,6 +60,20 @@ pub struct SpanDropLabel {
     pub reason: &'static str,
 }
 
+/// What is wrong with the node's name ([`IDENTITY_PROBLEMS`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdentityProblemLabel {
+    pub problem: &'static str,
+}
+
+/// The bounded values of `reaplet_node_identity_problem`'s `problem` label:
+/// * `pod_bound_elsewhere`: a runtime pod taken for an orphan has its object, same UID, bound
+///   to another node: reaplet's node name is wrong ([`crate::workers`]' orphan confirmation);
+/// * `node_missing`: no Node object under reaplet's node name while something answers on the
+///   kubelet's health endpoint; `lease_missing`: the Node exists, its Lease does not (the
+///   standby start decision).
+pub const IDENTITY_PROBLEMS: [&str; 3] = ["pod_bound_elsewhere", "node_missing", "lease_missing"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabel {
     pub stage: &'static str,
@@ -196,6 +210,9 @@ pub struct Metrics {
     /// Spans the trace export dropped, by reason ([`crate::otel::DROP_REASONS`]); every reason
     /// present from the start, at 0.
     pub tracing_spans_dropped: Family<SpanDropLabel, Counter>,
+    /// 1 while the node's name is known to be wrong, by problem ([`IDENTITY_PROBLEMS`]); every
+    /// problem present from the start, at 0.
+    pub node_identity_problem: Family<IdentityProblemLabel, Gauge>,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -234,6 +251,7 @@ impl Metrics {
             graceful_shutdown_end_time: Gauge::default(),
             graceful_shutdown_inhibitor: Gauge::default(),
             tracing_spans_dropped: Family::default(),
+            node_identity_problem: Family::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -337,6 +355,16 @@ impl Metrics {
                 .get_or_create(&SpanDropLabel { reason })
                 .inc_by(0);
         }
+        registry.register(
+            "node_identity_problem",
+            "1 while reaplet's node name is known to be wrong, by problem: pod_bound_elsewhere (a runtime pod's object is bound to another node: no orphan is ended), node_missing (no Node under the name while the kubelet's health endpoint answers), lease_missing (the Node exists, its Lease does not)",
+            m.node_identity_problem.clone(),
+        );
+        for problem in IDENTITY_PROBLEMS {
+            m.node_identity_problem
+                .get_or_create(&IdentityProblemLabel { problem })
+                .set(0);
+        }
         let m = Metrics { registry, ..m };
         m.set_working_pods(&HashMap::new());
         m
@@ -401,6 +429,16 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
+    }
+
+    /// Sets `reaplet_node_identity_problem{problem}` (one of [`IDENTITY_PROBLEMS`]; any other
+    /// value is ignored, so the label set stays bounded).
+    pub fn set_identity_problem(&self, problem: &'static str, on: bool) {
+        if let Some(problem) = IDENTITY_PROBLEMS.into_iter().find(|p| *p == problem) {
+            self.node_identity_problem
+                .get_or_create(&IdentityProblemLabel { problem })
+                .set(i64::from(on));
+        }
     }
 
     /// Sets the working-pods gauges to `counts` (by lifecycle state and source): every
@@ -541,7 +579,16 @@ mod tests {
                 let line = format!("reaplet_tracing_spans_dropped_total{{reason=\"{reason}\"}} 0");
                 assert!(text.contains(&line), "{line} missing:\n{text}");
             }
+            for problem in IDENTITY_PROBLEMS {
+                let line = format!("reaplet_node_identity_problem{{problem=\"{problem}\"}} 0");
+                assert!(text.contains(&line), "{line} missing:\n{text}");
+            }
         }
+        m.set_identity_problem("pod_bound_elsewhere", true);
+        m.set_identity_problem("not_a_problem", true);
+        let text = m.encode(Exposition::Prometheus);
+        assert!(text.contains("reaplet_node_identity_problem{problem=\"pod_bound_elsewhere\"} 1"));
+        assert!(!text.contains("not_a_problem"), "{text}");
         let phase = PodPhase::ALL[1].as_str();
         m.set_working_pods(&HashMap::from([((phase, "api"), 3)]));
         let text = m.encode(Exposition::Prometheus);

@@ -1,7 +1,7 @@
 //! The local status endpoint (kubelet: its healthz and metrics servers): `/metrics` (the
 //! Prometheus text format 0.0.4, or OpenMetrics when the `Accept` header prefers it),
 //! `/healthz` (the main loop is alive), `/readyz` (runtime connected and answering, every pod
-//! source listed once), `/pods` (JSON: what the agent sees, for `reaplet pods`) and
+//! source listed once, the node's name not known to be wrong), `/pods` (JSON: what the agent sees, for `reaplet pods`) and
 //! `/pods/timeline?pod=NAMESPACE/NAME|UID` (one termination's timeline, [`crate::timeline`]).
 //!
 //! Invariants: loopback by default (the address is a setting); read-only; one small HTTP/1.1
@@ -23,8 +23,9 @@ pub trait AgentState: Send + Sync + 'static {
     fn metrics_text(&self, format: Exposition) -> String;
     /// `Err(why)` when the main loop is wedged.
     fn live(&self) -> Result<(), String>;
-    /// `Err(why)` until the runtime answered and every pod source listed once, and while the
-    /// runtime is stalled.
+    /// `Err(why)` until the runtime answered and every pod source listed once, while the
+    /// runtime is stalled, and while the node's name is known to be wrong (a runtime pod's
+    /// object bound to another node: [`crate::workers::PodWorkers::identity_problem`]).
     fn ready(&self) -> Result<(), String>;
     /// `/pods` as JSON.
     fn pods_json(&self) -> serde_json::Value;

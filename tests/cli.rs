@@ -204,8 +204,12 @@ fn agent(tb: &Testbed, kubeconfig: &Path, root: &Path) -> Command {
 async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
     let (tb, api, root, kc) = api_bed("cli-check").await;
     let kc_s = kc.display().to_string();
+    // a kubelet registered as the node: its Node and its Lease (issue 44: else `node name` fails)
+    api.add_node(serde_json::json!({"metadata": {"name": "testnode"}}));
+    api.renew_node_lease("testnode");
     let (code, out) = check(&tb, root.path(), &["--kubeconfig", &kc_s]);
     assert_eq!(code, 0, "{out}");
+    assert!(row(&out, "node name").contains("PASS"), "{out}");
     assert!(
         row(&out, "runtime").contains("PASS") && row(&out, "runtime").contains("containerd"),
         "{out}"

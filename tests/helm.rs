@@ -516,6 +516,22 @@ async fn check_fails_naming_what_the_identity_lacks_for_the_configured_mode() {
             Some(&pod("bound", 1, "sleep 1000")),
         )
         .await;
+    // a kubelet registered as the node: its Lease beside its Node (issue 44: `reaplet check`
+    // fails on a Node without its Lease, the sign of a kubelet under another name)
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    cluster
+        .must(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            Some(
+                &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": NODE, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40, "renewTime": now}}),
+            ),
+        )
+        .await;
 
     // the chart's RBAC, installed by helm (the DaemonSet it also makes never runs here: no
     // daemonset controller), and a token of its ServiceAccount

@@ -1,17 +1,19 @@
 //! `reaplet run`'s start-up: from the resolved settings to the agent's configuration, what the
 //! kubelet's `cmd/kubelet/app/server.go` does between its flags and `Kubelet.Run` (the node
-//! name from `--hostname-override` or the host, the cgroup driver from the runtime, systemd's
+//! name from the credentials, `--hostname-override` or the host, the cgroup driver from the runtime, systemd's
 //! notify socket and watchdog), and the agent run under the stop signals.
 //!
 //! Invariants:
 //! * a stop (SIGTERM, SIGINT) during start-up, say while the runtime does not answer, ends
 //!   `run` at once with no pod touched ([`run`]);
-//! * the node name is `--hostname-override`, else the host name lower-cased, as the kubelet's
-//!   `nodeutil.GetHostname`;
+//! * the node name is the one the API credentials carry (`CN=system:node:<name>`, a pod-bound
+//!   token's node: [`crate::config::identity`]), else `--hostname-override`, else the host name
+//!   lower-cased, as the kubelet's `nodeutil.GetHostname`; one start-up line says which;
 //! * `$WATCHDOG_USEC` counts only when `$WATCHDOG_PID` is unset or names this process.
 
 use super::AgentConfig;
 use crate::config::Settings;
+use crate::config::identity::NameFrom;
 use crate::cri::{CriConfig, CriError};
 use crate::workers::PipelineConfig;
 use std::sync::Arc;
@@ -63,12 +65,42 @@ pub fn host_name() -> Result<String, HostNameError> {
     Ok(h.trim().to_lowercase())
 }
 
-/// The node: `--hostname-override`, else the host name.
+/// The node: the name the API credentials carry, else `--hostname-override`, else the host
+/// name (an override that disagrees with the credentials was refused when the settings were
+/// loaded: [`crate::config::node_name_check`]).
 pub fn node_name(s: &Settings) -> Result<String, HostNameError> {
-    match &s.hostname_override {
-        Some(n) => Ok(n.clone()),
-        None => host_name(),
+    node_identity(s).map(|(name, _)| name)
+}
+
+/// The node's name and where it came from (see [`node_name`]).
+pub fn node_identity(s: &Settings) -> Result<(String, NameFrom), HostNameError> {
+    if let Some(c) = &s.node_from_credentials.name {
+        return Ok((c.name.clone(), c.from));
     }
+    match &s.hostname_override {
+        Some(n) => Ok((n.clone(), NameFrom::HostnameOverride)),
+        None => Ok((host_name()?, NameFrom::HostName)),
+    }
+}
+
+/// The start-up line of the node's name and where it came from, and one line for each part
+/// of the credentials that could not be read.
+fn log_node_name(s: &Settings, name: &str, from: NameFrom) {
+    for note in &s.node_from_credentials.notes {
+        tracing::warn!(target: LOG_TARGET, why = %note, "no node name read from the API credentials");
+    }
+    let detail = s
+        .node_from_credentials
+        .name
+        .as_ref()
+        .map_or(String::new(), |c| c.detail.clone());
+    tracing::info!(
+        target: LOG_TARGET,
+        node = %name,
+        from = from.as_str(),
+        detail = %detail,
+        "node name"
+    );
 }
 
 /// Runs the agent until `cancel`; a stop during start-up (a runtime that does not answer,
@@ -103,7 +135,8 @@ pub async fn agent_config(
     s: Settings,
     kube: Option<kube::Config>,
 ) -> Result<AgentConfig, StartError> {
-    let node_name = node_name(&s)?;
+    let (node_name, from) = node_identity(&s)?;
+    log_node_name(&s, &node_name, from);
     if kube.is_none() {
         tracing::info!(
             target: LOG_TARGET,

@@ -9,8 +9,9 @@
 //! * flags are kept as text here: parsing and validation are [`config`]'s, so a value means the
 //!   same whether it comes from a flag, the environment or a file;
 //! * nothing here exits or prints: every problem (a bad value, an unreadable or invalid file or
-//!   kubeconfig, no credentials and no manifest directory) is a [`ConfigError`] naming the
-//!   field, found before anything starts.
+//!   kubeconfig, no credentials and no manifest directory, a `--hostname-override` that is not
+//!   the node the credentials name) is a [`ConfigError`] naming the field, found before
+//!   anything starts.
 
 use crate::config::{self, ConfigError, Loaded, RawSettings, Settings};
 use std::path::PathBuf;
@@ -28,7 +29,8 @@ pub struct Flags {
     /// kubeconfig for the API server (else the in-cluster service account).
     #[arg(long, env = "REAPLET_KUBECONFIG")]
     kubeconfig: Option<String>,
-    /// The node name (default: the host name).
+    /// The node name (default: the one the credentials name, CN=system:node:<name> or a
+    /// pod-bound token's node, else the host name); must agree with the credentials'.
     #[arg(long, env = "REAPLET_HOSTNAME_OVERRIDE")]
     hostname_override: Option<String>,
     /// CRI endpoint (default unix:///run/containerd/containerd.sock).
@@ -194,8 +196,13 @@ impl Flags {
     /// where they came from, and the API client configuration (`None`: static manifests only).
     /// Any problem is a [`ConfigError`] naming the field (the binary exits 64 with it).
     pub async fn load(&self) -> Result<(Loaded, Option<kube::Config>), ConfigError> {
-        let loaded = config::load(self.raw(), self.config.as_deref())?;
+        let mut loaded = config::load(self.raw(), self.config.as_deref())?;
         let kube = api_config(&loaded.settings).await?;
+        if let Some(k) = &kube {
+            let found = config::identity::from_credentials(&k.auth_info);
+            config::node_name_check(loaded.settings.hostname_override.as_deref(), &found)?;
+            loaded.settings.node_from_credentials = found;
+        }
         Ok((loaded, kube))
     }
 }

@@ -16,6 +16,8 @@
 //!   `logging.format`) and why; the binary exits with code 64;
 //! * unknown keys in reaplet's own file are errors; in the kubelet's file, the fields reaplet
 //!   does not use are returned ([`KubeletSummary::ignored`]) for one info line;
+//! * the node's name is the credentials' when they carry one ([`identity`]); a
+//!   `hostnameOverride` that disagrees with it is an error naming both ([`node_name_check`]);
 //! * `tracing` (the kubelet's `TracingConfiguration`: `endpoint`, `samplingRatePerMillion`) is
 //!   a mapping in both files, as in the kubelet's; flags and environment give its two fields
 //!   flat (`--tracing-endpoint`, `--tracing-sampling-rate-per-million`), and each field is
@@ -25,6 +27,7 @@
 mod file;
 pub mod flags;
 pub mod healthz;
+pub mod identity;
 pub mod kubelet;
 mod values;
 
@@ -146,8 +149,13 @@ pub struct Settings {
     /// That file's `staticPodPath` (absolute): the kubelet's manifest directory, never
     /// reaplet's own; reaplet compares its `podManifestPath` with it.
     pub kubelet_static_pod_path: Option<PathBuf>,
-    /// The node name (already lower-cased); `None`: the caller uses the host name.
+    /// The node name (already lower-cased); `None`: the credentials' name, else the host name
+    /// ([`Settings::node_from_credentials`]).
     pub hostname_override: Option<String>,
+    /// What the API credentials say of the node's name ([`identity`]); set by
+    /// [`flags::Flags::load`] with the client configuration (empty without one). It wins over
+    /// the host name, and an override that disagrees is a [`ConfigError`].
+    pub node_from_credentials: identity::Found,
     pub container_runtime_endpoint: String,
     pub runtime_request_timeout: Duration,
     pub root_dir: PathBuf,
@@ -352,6 +360,7 @@ fn resolve_over(
         kubelet_config,
         kubelet_static_pod_path: None,
         hostname_override,
+        node_from_credentials: identity::Found::default(),
         container_runtime_endpoint: endpoint,
         runtime_request_timeout,
         root_dir,
@@ -435,6 +444,28 @@ fn resolve_over(
         eviction_dry_run: boolean("evictionDryRun", raw.eviction_dry_run, false)?,
         tracing: tracing_settings(raw.tracing_endpoint, raw.tracing_sampling_rate_per_million)?,
     })
+}
+
+/// The credentials' node name (`found`, from [`identity::from_credentials`]) against
+/// `hostnameOverride`: they must agree when both are given (a kubelet registered under one
+/// name, reaplet acting for another, would take the kubelet's pods for orphans or look for a
+/// Lease nobody renews).
+pub fn node_name_check(
+    hostname_override: Option<&str>,
+    found: &identity::Found,
+) -> Result<(), ConfigError> {
+    match (hostname_override, &found.name) {
+        (Some(o), Some(c)) if o != c.name => Err(err(
+            "hostnameOverride",
+            format!(
+                "{o:?} (from --hostname-override or the config file) is not {:?}, the node's name \
+                 in the API credentials ({c}, where the API server takes the node's identity \
+                 from): give that name, or leave hostnameOverride out",
+                c.name
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// What was read from the kubelet's file, for the start-up log line.

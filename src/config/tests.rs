@@ -661,3 +661,36 @@ fn tracing_from_the_kubelets_file_below_reaplets_settings() {
         }
     }
 }
+
+/// Issue 44: `hostnameOverride` must be the node the credentials name; the error names both,
+/// and where each came from. No name in the credentials, or the same name: no error.
+#[test]
+fn an_override_that_disagrees_with_the_credentials_names_both() {
+    use identity::{CredentialsName, Found, NameFrom};
+    let found = Found {
+        name: Some(CredentialsName {
+            name: "ip-10-0-1-7.ec2.internal".into(),
+            from: NameFrom::Certificate,
+            detail: "CN=system:node:ip-10-0-1-7.ec2.internal of client certificate \
+                     /var/lib/kubelet/pki/kubelet-client-current.pem"
+                .into(),
+        }),
+        notes: vec![],
+    };
+    let e = node_name_check(Some("worker-7"), &found).unwrap_err();
+    assert_eq!(e.field, "hostnameOverride");
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration: hostnameOverride: \"worker-7\" (from --hostname-override or the \
+         config file) is not \"ip-10-0-1-7.ec2.internal\", the node's name in the API \
+         credentials (CN=system:node:ip-10-0-1-7.ec2.internal of client certificate \
+         /var/lib/kubelet/pki/kubelet-client-current.pem, where the API server takes the node's \
+         identity from): give that name, or leave hostnameOverride out"
+    );
+    assert_eq!(
+        node_name_check(Some("ip-10-0-1-7.ec2.internal"), &found),
+        Ok(())
+    );
+    assert_eq!(node_name_check(None, &found), Ok(()));
+    assert_eq!(node_name_check(Some("worker-7"), &Found::default()), Ok(()));
+}

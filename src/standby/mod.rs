@@ -399,15 +399,15 @@ impl Reason {
         )
     }
 
-    /// A sign that reaplet's node name may not be the kubelet's (`reaplet check` fails on it).
-    pub fn is_identity_problem(self) -> bool {
-        matches!(
-            self,
-            Self::NodeWithoutLease
-                | Self::NoNodeKubeletAnswers
-                | Self::LeaseMissing
-                | Self::NodeMissing
-        )
+    /// A sign that reaplet's node name may not be the kubelet's: the
+    /// `reaplet_node_identity_problem` label it raises (`lease_missing`: a Node without its
+    /// Lease; `node_missing`: no Node under the name).
+    pub fn identity_problem(self) -> Option<&'static str> {
+        match self {
+            Self::NodeWithoutLease | Self::LeaseMissing => Some("lease_missing"),
+            Self::NoNodeKubeletAnswers | Self::NodeMissing => Some("node_missing"),
+            _ => None,
+        }
     }
 }
 

@@ -124,7 +124,6 @@ pub async fn begin(
         health,
         resume.is_some(),
     );
-    authority.set_active(d.role == Role::Active);
     let line = |d: &Decision| {
         if d.reason.is_warning() {
             tracing::warn!(
@@ -147,6 +146,7 @@ pub async fn begin(
         }
     };
     line(&d);
+    authority.set_active(d.role == Role::Active);
     Started {
         decision: d,
         resume: resume.filter(|_| d.reason == Reason::ResumingAfterRestart),
@@ -431,10 +431,6 @@ pub async fn run(
         }
         if d != last {
             let age = renewals.renewed().elapsed();
-            authority.set_active(d.role == Role::Active);
-            if let (Some(path), true) = (&cfg.marker, d.role != last.role) {
-                marker::record(path, seen_if(d.role, &renewals)).await;
-            }
             let msg = format!(
                 "{} (no Lease renewal seen for {:.0?}, Lease last read {}, healthz {}{})",
                 d.reason.as_str(),
@@ -466,6 +462,11 @@ pub async fn run(
                     );
                 }
                 _ => tracing::info!(why = d.reason.as_str(), "standby"),
+            }
+            // after its line: the line comes before anything the new role does
+            authority.set_active(d.role == Role::Active);
+            if let (Some(path), true) = (&cfg.marker, d.role != last.role) {
+                marker::record(path, seen_if(d.role, &renewals)).await;
             }
             last = d;
             state.send_replace(d);

@@ -451,7 +451,8 @@ fn a_missing_lease_is_no_kubelet_only_when_nothing_says_there_is_one() {
             (d.role, d.reason),
             (Role::Passive, Reason::NoNodeKubeletAnswers)
         );
-        assert!(d.reason.is_warning() && d.reason.is_identity_problem());
+        assert!(d.reason.is_warning());
+        assert_eq!(d.reason.identity_problem(), Some("node_missing"));
     }
     for health in [Health::Ok, Health::Failed, Health::Gone, Health::Disabled] {
         let d = s(NodeAtStart::Exists, health);
@@ -459,7 +460,8 @@ fn a_missing_lease_is_no_kubelet_only_when_nothing_says_there_is_one() {
             (d.role, d.reason),
             (Role::Passive, Reason::NodeWithoutLease)
         );
-        assert!(d.reason.is_warning() && d.reason.is_identity_problem());
+        assert!(d.reason.is_warning());
+        assert_eq!(d.reason.identity_problem(), Some("lease_missing"));
         let d = s(NodeAtStart::Unknown, health);
         assert_eq!(
             (d.role, d.reason),
@@ -487,6 +489,12 @@ fn a_takeover_needs_its_proof() {
         let d = proved(takeover, proof, false);
         assert_eq!((d.role, d.reason), (Role::Passive, reason));
         assert!(d.reason.is_warning());
+        let label = match proof {
+            Proof::LeaseMissing => Some("lease_missing"),
+            Proof::NodeMissing => Some("node_missing"),
+            _ => None,
+        };
+        assert_eq!(d.reason.identity_problem(), label);
     }
     // the consistent read showed a renewal: the re-decision stands
     let renewed = Decision {

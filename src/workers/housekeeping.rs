@@ -14,7 +14,8 @@
 //!   relist's outcome is told to the runtime's health;
 //! * a runtime pod unknown to every source is an orphan only if it predates every source's
 //!   last complete list, as of when that list was asked for (a newer one may simply not have
-//!   reached reaplet);
+//!   reached reaplet), and, with an API, once a read by name confirms its object gone
+//!   ([`super::confirm`]); the same for removing a dead one's sandboxes;
 //! * natural completion needs every regular container's newest instance exited, and for
 //!   `OnFailure` every exit code 0;
 //! * every pod it ends goes through the same seam as the sources ([`KillRequest`]);
@@ -29,6 +30,7 @@
 //!   (Before, every exit or deletion event was a full relist: about 4 per single-container
 //!   pod, O(n^2) work in a bulk deletion while the runtime is busiest.)
 
+use super::confirm::Candidate;
 use super::runtime_health::{BEAT, relist_deadline};
 use super::subscription::{Exits, Next, Subscription};
 use super::sweeps::Sweeps;
@@ -72,10 +74,15 @@ struct Listing {
 /// What one relist found to do, decided under the registry lock and done after it.
 #[derive(Default)]
 struct Findings {
-    orphans: Vec<PodInfo>,
+    /// Orphan candidates: confirmed gone before they are ended ([`super::confirm`]).
+    orphans: Vec<(PodInfo, Candidate)>,
+    /// Sandboxes of runtime pods with nothing running and no worker: removed once their pod
+    /// is confirmed gone, as an orphan is.
+    gc_orphans: Vec<(Candidate, Vec<String>)>,
     /// Terminal pods with something still running and no worker (deferred in standby).
     terminal: Vec<PodInfo>,
     completion_checks: Vec<(PodInfo, Vec<RuntimeContainer>)>,
+    /// Sandboxes of pods this agent ended (finished workers).
     gc_sandboxes: Vec<String>,
 }
 
@@ -414,11 +421,18 @@ impl<R: Runtime> PodWorkers<R> {
         Ok(listing(&grouped.pods, &containers))
     }
 
-    /// Does what a relist found: orphans to the seam, finished orphans' sandboxes removed
-    /// (active only), naturally completed pods ended.
-    async fn act(&self, found: Findings) {
+    /// Does what a relist found: orphans confirmed gone to the seam, finished orphans'
+    /// sandboxes removed (active only), naturally completed pods ended.
+    async fn act(&self, mut found: Findings) {
         let rt = &self.inner.runtime;
-        for info in found.orphans {
+        let (orphans, gc_orphans) = self
+            .confirm_orphans(
+                std::mem::take(&mut found.orphans),
+                std::mem::take(&mut found.gc_orphans),
+            )
+            .await;
+        found.gc_sandboxes.extend(gc_orphans);
+        for info in orphans {
             tracing::info!(pod = %info.key(), podUID = %info.uid, "orphaned runtime pod found");
             if let Some(m) = self.inner.metrics.get() {
                 m.orphaned_runtime_pods.inc();
@@ -526,9 +540,17 @@ impl<R: Runtime> PodWorkers<R> {
             match reg.workers.get(uid).map(|w| w.phase()) {
                 // in standby an orphan is the active agent's (judged again after a takeover)
                 None if alive && !active => {}
-                None if alive => found.orphans.push(PodInfo::from_runtime(uid, sbs, cs)),
-                // nothing runs and the pod is gone: its sandboxes are garbage
-                None | Some(PodPhase::Finished) => {
+                None if alive => found
+                    .orphans
+                    .push((PodInfo::from_runtime(uid, sbs, cs), candidate(uid, sbs, cs))),
+                // nothing runs and the pod is gone (once confirmed): its sandboxes are garbage,
+                // removed only while acting (the kubelet's garbage collection)
+                None if active && !sbs.is_empty() => found.gc_orphans.push((
+                    candidate(uid, sbs, cs),
+                    sbs.iter().map(|s| s.id.clone()).collect(),
+                )),
+                None => {}
+                Some(PodPhase::Finished) => {
                     found.gc_sandboxes.extend(sbs.iter().map(|s| s.id.clone()))
                 }
                 Some(PodPhase::Sync | PodPhase::Terminating | PodPhase::Terminated) => {}
@@ -568,6 +590,71 @@ impl<R: Runtime> PodWorkers<R> {
         found
     }
 
+    /// The orphans and the finished orphans' sandboxes whose pods a read confirms gone; all of
+    /// them when there is no API to read ([`super::confirm`]). Says so when the reads show the
+    /// node's name wrong, and when that is over.
+    async fn confirm_orphans(
+        &self,
+        orphans: Vec<(PodInfo, Candidate)>,
+        gc: Vec<(Candidate, Vec<String>)>,
+    ) -> (Vec<PodInfo>, Vec<String>) {
+        let Some(confirmer) = self.inner.confirm.get() else {
+            let ids = gc.into_iter().flat_map(|(_, ids)| ids).collect();
+            return (orphans.into_iter().map(|(p, _)| p).collect(), ids);
+        };
+        if orphans.is_empty() && gc.is_empty() && confirmer.mismatch().is_none() {
+            return (Vec::new(), Vec::new());
+        }
+        let candidates = orphans
+            .iter()
+            .map(|(_, c)| c.clone())
+            .chain(gc.iter().map(|(c, _)| c.clone()))
+            .collect();
+        let out = confirmer.confirm(candidates).await;
+        if let Some(m) = &out.found {
+            tracing::error!(
+                node = %confirmer.node(),
+                boundTo = %m.bound_to,
+                pod = %m.pod,
+                podUID = %m.uid,
+                "reaplet's node name is wrong: a runtime pod in no list of this node's has its object bound to another node; no orphan is ended until the name is fixed"
+            );
+            let (namespace, name) = m.pod.split_once('/').unwrap_or(("", &m.pod));
+            self.inner.events.record(crate::events::PodEvent {
+                uid: m.uid.clone(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                reason: crate::events::EventReason::NodeNameMismatch,
+                message: format!(
+                    "Not ended as an orphan: this pod is bound to node {}, reaplet on its host acts as node {} (its node name is wrong)",
+                    m.bound_to,
+                    confirmer.node()
+                ),
+            });
+            if let Some(metrics) = self.inner.metrics.get() {
+                metrics.set_identity_problem(super::confirm::PROBLEM, true);
+            }
+        }
+        if let Some(m) = &out.cleared {
+            tracing::info!(node = %confirmer.node(), pod = %m.pod, "no runtime pod's object is bound to another node any more: orphans are confirmed and ended again");
+            if let Some(metrics) = self.inner.metrics.get() {
+                metrics.set_identity_problem(super::confirm::PROBLEM, false);
+            }
+        }
+        let gone = |uid: &PodUid| out.gone.contains(uid);
+        (
+            orphans
+                .into_iter()
+                .filter(|(p, _)| gone(&p.uid))
+                .map(|(p, _)| p)
+                .collect(),
+            gc.into_iter()
+                .filter(|(c, _)| gone(&c.uid))
+                .flat_map(|(_, ids)| ids)
+                .collect(),
+        )
+    }
+
     /// `OnFailure` completion: every regular container's newest instance exited with 0.
     async fn all_exited_zero(&self, pod: &PodInfo, cs: &[RuntimeContainer]) -> bool {
         for c in latest_regular(pod, cs) {
@@ -592,6 +679,28 @@ type RuntimePods<'a> = HashMap<
         Vec<&'a RuntimeContainer>,
     ),
 >;
+
+/// An orphan candidate: its UID and its object's namespace and name, from its newest
+/// sandbox's labels (else the sandbox's metadata, else a container's labels).
+fn candidate(
+    uid: &PodUid,
+    sbs: &[&crate::cri::RuntimeSandbox],
+    cs: &[&RuntimeContainer],
+) -> Candidate {
+    let sb = sbs.iter().max_by_key(|s| s.created_at);
+    let pick = |label: &str, meta: fn(&crate::cri::RuntimeSandbox) -> &str| {
+        sb.and_then(|s| s.labels.get(label).cloned())
+            .or_else(|| sb.map(|s| meta(s).to_owned()))
+            .filter(|v| !v.is_empty())
+            .or_else(|| cs.iter().find_map(|c| c.labels.get(label).cloned()))
+            .unwrap_or_default()
+    };
+    Candidate {
+        uid: uid.clone(),
+        namespace: pick(crate::cri::LABEL_POD_NAMESPACE, |s| &s.pod_namespace),
+        name: pick(crate::cri::LABEL_POD_NAME, |s| &s.pod_name),
+    }
+}
 
 /// The listing of a relist: what may run, and who owns what.
 fn listing(pods: &RuntimePods<'_>, containers: &[RuntimeContainer]) -> Listing {

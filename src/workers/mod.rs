@@ -26,13 +26,16 @@
 //! * a kill is a cancellable future: a shorter grace drops the in-flight kill (and its CRI
 //!   calls) and starts a new one at once; cancellation of reaplet itself abandons work and
 //!   never kills a pod;
-//! * orphans are acted on only once every pod source has delivered a complete list;
+//! * orphans are acted on only once every pod source has delivered a complete list, and, with
+//!   an API, only once a read of the object by name confirms it gone ([`confirm`]); an object
+//!   bound to another node means reaplet's node name is wrong: no orphan is ended then;
 //! * the kubelet's static pods (sandbox annotation `kubernetes.io/config.source` `file` or
 //!   `http`) are never orphans unless reaplet's manifest directory is the kubelet's own
 //!   ([`StaticPods`]); mirror pods in the API are the kubelet's and are not fed to the workers;
 //! * a transition never waits for a poll: a kill completes when the runtime's stop calls
 //!   return, and the runtime is re-read right away.
 
+mod confirm;
 mod housekeeping;
 mod own_pod;
 mod registry;
@@ -41,6 +44,8 @@ mod subscription;
 mod sweeps;
 mod worker;
 
+#[cfg(test)]
+mod confirm_tests;
 #[cfg(test)]
 mod judge_tests;
 #[cfg(test)]
@@ -63,6 +68,7 @@ use crate::pod::{PodInfo, PodUid};
 use crate::status::ContainerFinal;
 use crate::volumes;
 use crate::wall_ns;
+pub use confirm::{ApiLookup, LookupError, ObjectLookup, Stored};
 pub use housekeeping::{FULL_DEBOUNCE, TARGETED_MAX};
 use registry::Registry;
 pub use runtime_health::{BEAT, RuntimeStall, relist_deadline};
@@ -314,6 +320,9 @@ struct Inner<R> {
     own_wake: Notify,
     status: OnceLock<Arc<dyn StatusSink>>,
     metrics: OnceLock<Arc<Metrics>>,
+    /// Reads orphan candidates' objects before they are ended ([`confirm`]); unset without an
+    /// API (the runtime and the sources alone decide).
+    confirm: OnceLock<confirm::Confirmer>,
     /// Every termination's steps ([`crate::timeline`]).
     timelines: Arc<crate::timeline::Timelines>,
     /// The housekeeping loop's last beat (ms since `started`), for `/healthz` and the
@@ -370,6 +379,7 @@ impl<R: Runtime> PodWorkers<R> {
                 own_wake: Notify::new(),
                 status: OnceLock::new(),
                 metrics: OnceLock::new(),
+                confirm: OnceLock::new(),
                 heartbeat: std::sync::atomic::AtomicU64::new(0),
                 started: Instant::now(),
                 runtime_health: Mutex::new(runtime_health::RuntimeHealth::new(Instant::now())),
@@ -394,6 +404,31 @@ impl<R: Runtime> PodWorkers<R> {
     /// Connects the status manager. Call before feeding pods; a second call is ignored.
     pub fn set_status_sink(&self, sink: Arc<dyn StatusSink>) {
         let _ = self.inner.status.set(sink);
+    }
+
+    /// Orphan candidates are read by name through `lookup` before they are ended, and must be
+    /// gone: an object bound to another node than `node` means the node name is wrong
+    /// ([`confirm`]). Call before housekeeping runs; a second call is ignored.
+    pub fn set_orphan_lookup(&self, lookup: Box<dyn ObjectLookup>, node: &str) {
+        let _ = self
+            .inner
+            .confirm
+            .set(confirm::Confirmer::new(lookup, node));
+    }
+
+    /// Why reaplet's node name is known to be wrong, while it is (`/readyz` fails with it).
+    pub fn identity_problem(&self) -> Option<String> {
+        let c = self.inner.confirm.get()?;
+        let m = c.mismatch()?;
+        Some(format!(
+            "reaplet's node name {:?} is wrong: runtime pod {} ({}) has its object bound to node \
+             {:?}; no orphan is ended until the name is fixed (the node's own kubeconfig, or \
+             --hostname-override)",
+            c.node(),
+            m.pod,
+            m.uid,
+            m.bound_to
+        ))
     }
 
     /// The terminations' timelines (for the status endpoint and the status manager).

@@ -94,6 +94,10 @@ impl<R: Runtime> PodWorkers<R> {
         if !self.inner.authority.is_active() {
             return;
         }
+        // nor while the node name is known to be wrong: the leftovers may be another node's
+        if self.identity_problem().is_some() {
+            return;
+        }
         let Some(protected) = self.protected(runtime) else {
             return;
         };
