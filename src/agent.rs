@@ -432,7 +432,9 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         authority: authority.clone(),
     };
     if let Some(kc) = cfg.kube.clone() {
-        let client = api::client::client(kc).map_err(AgentError::Api)?;
+        let client = api::client::client(kc.clone()).map_err(AgentError::Api)?;
+        // the prober's: a new connection for each probe (issue 44)
+        let fresh = api::client::fresh_connections(kc).map_err(AgentError::Api)?;
         // an orphan is ended only once a read confirms its object gone (issue 44)
         workers.set_orphan_lookup(
             Box::new(crate::workers::ApiLookup::new(client.clone())),
@@ -441,11 +443,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
         api_health = Some(health.clone());
-        tracker.spawn(api::health::probe(
-            health.clone(),
-            client.clone(),
-            cancel.clone(),
-        ));
+        tracker.spawn(api::health::probe(health.clone(), fresh, cancel.clone()));
         shutdown.node = Some(Arc::new(crate::shutdown::node::NodeReady::new(
             client.clone(),
             &cfg.node_name,

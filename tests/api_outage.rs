@@ -12,6 +12,9 @@
 //! attempts counted at the proxy); systemd's READY=1 only once the API answers; a slow server
 //! (requests held, then answers 7 s late) is not an outage.
 //!
+//! A path gone silent above TCP after the takeover (issue 44 item 4): a pod deleted then gets
+//! its SIGTERM within the pod watch's idle check.
+//!
 //! Issue 27's outage behaviour is checked here too: about one connection attempt a second
 //! across the whole agent during an outage, the first request within a second of its end, a
 //! blip after it as fast.
@@ -323,6 +326,47 @@ async fn a_pod_deleted_for_good_during_an_outage_is_stopped_as_an_orphan_after_i
         "wrote about a pod that is gone: {:?}",
         lines(&w)
     );
+    n.wait_nothing_left(&uid(&pods[0]), SLACK).await;
+}
+
+/// Issue 44 item 4: the open connections go silent above TCP after the takeover (the proxy
+/// keeps them open and forwards nothing, as a load balancer that lost its backend does; new
+/// connections pass), and a pod is deleted 300 ms later. Its SIGTERM must come within the pod
+/// watch's idle check (the server's end of a watch, [`reaplet::api::source::WATCH_TIMEOUT`],
+/// plus kube-runtime's 5 s margin) and the slack: 30 s. The wait goes on to 60 s so that a
+/// late one says how late. Before: the watch waited for the connection's 320 s read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_after_the_connections_went_silent_gets_its_sigterm_within_30_s() {
+    let bound = reaplet::api::source::WATCH_TIMEOUT + Duration::from_secs(5) + SLACK;
+    const WATCHED: Duration = Duration::from_secs(60);
+    let (n, pods, proxy) = taken_over_via_proxy("out-stall", &[pod("quiet", 30, TRAPS_TERM)]).await;
+    let id = container_id(&pods[0]);
+    proxy.stall_open();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = reaplet::wall_ns();
+    let t0 = Instant::now();
+    n.delete("quiet", None).await;
+    let st = loop {
+        let st = n.client.container_status(&id).await.unwrap();
+        if !st.state.may_run() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < WATCHED,
+            "no SIGTERM within {WATCHED:?} of the delete (bound {bound:?})\nreaplet:\n{}",
+            n.reaplet_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let took = secs(st.finished_at - deleted);
+    println!("quiet: SIGTERM'd and exited {took:.2} s after its delete, the connections silent");
+    assert_eq!(st.exit_code, 0, "not a SIGTERM: {st:?}");
+    assert!(
+        took <= bound.as_secs_f64(),
+        "exited {took:.2} s after its delete (bound {bound:?})"
+    );
+    n.wait_gone("quiet", Instant::now(), RECOVERY + SLACK).await;
+    assert_status_then_delete(&n, "quiet", &uid(&pods[0]), "Succeeded", 0);
     n.wait_nothing_left(&uid(&pods[0]), SLACK).await;
 }
 

@@ -279,3 +279,143 @@ async fn refused_credentials_stop(authority: AuthoritySetting) {
     );
     assert!(t0.elapsed() >= grace);
 }
+
+/// Issue 44 item 5: one refused credential check (a Lease read answered 401 while the kubelet's
+/// health endpoint failed for a moment), and no later Lease request to clear it: the kubelet
+/// is healthy again, so a passive standby whose identity may not watch the Lease reads it no
+/// more. Credentials accepted when asked again are not latched: the agent runs on past its grace
+/// (here 3 s) and one recheck period. Before, the one refusal stayed latched and the agent
+/// exited `CredentialsRejected` once the grace had passed (300 s by default: in a DaemonSet
+/// beside a dead kubelet, nobody restarts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refused_credential_check_not_refused_again_does_not_stop_the_agent() {
+    use common::apiserver::authorization::User;
+    use common::standin::{StandIn, reaplet_requests};
+    let h = ApiHarness::new("sick-401-once").await;
+    let node = User::Node(NODE.into());
+    // an identity that may read the Lease but not list or watch it: read on demand
+    h.api.inject(
+        FaultRule::answer(403).matching(Match::any().user(&node).verb("list").resource("leases")),
+    );
+    let mut kubelet = StandIn::new(h.api.handle(), NODE, Duration::from_millis(500));
+    kubelet.start().await;
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = AuthoritySetting::Auto;
+    cfg.kubelet_healthz_url = Some(kubelet.url());
+    cfg.takeover_after = Duration::from_secs(10);
+    cfg.standby_poll = Duration::from_millis(500);
+    let grace = Duration::from_secs(3);
+    cfg.credentials_grace = grace;
+    let agent = tokio::spawn(reaplet::agent::run(cfg, h.cancel.clone()));
+    // passive: the Lease list refused (403), the Lease read at start
+    let t0 = Instant::now();
+    while !reaplet_requests(&h.api)
+        .iter()
+        .any(|r| r.path.contains("/leases") && r.status == 403)
+    {
+        assert!(t0.elapsed() < SLACK, "reaplet never listed the Lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // the next Lease read is answered 401, 1.5 s late: the kubelet's health is back by then
+    let get_lease = Match::any().user(&node).verb("get").resource("leases");
+    let once = h.api.inject(
+        FaultRule::answer(401)
+            .matching(get_lease.clone())
+            .after(Duration::from_millis(1500))
+            .times(1),
+    );
+    kubelet.stop().await;
+    let t0 = Instant::now();
+    while h.api.fault_hits(once) == 0 {
+        assert!(
+            t0.elapsed() < SLACK,
+            "reaplet did not read the Lease with the kubelet's health failing"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    kubelet.start().await;
+    let refused = Instant::now();
+    let window = grace + reaplet::api::health::CREDENTIALS_RECHECK + SLACK;
+    while refused.elapsed() < window {
+        if agent.is_finished() {
+            let r = agent.await.unwrap();
+            panic!(
+                "the agent stopped {:.1?} after one refused Lease read: {r:?}",
+                refused.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // the scenario held: no Lease read after the refused one cleared the latch
+    let reads: Vec<String> = reaplet_requests(&h.api)
+        .iter()
+        .filter(|r| get_lease.matches_recorded(r))
+        .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+        .collect();
+    assert_eq!(
+        reads.iter().filter(|r| r.ends_with(" 401")).count(),
+        1,
+        "{reads:?}"
+    );
+    assert!(
+        reads.last().is_some_and(|r| r.ends_with(" 401")),
+        "{reads:?}"
+    );
+    println!(
+        "one refused Lease read: the agent runs on {window:?} later (grace {grace:?}); Lease reads {reads:?}"
+    );
+    kubelet.stop().await;
+    h.cancel.cancel();
+    let _ = tokio::time::timeout(SLACK, agent).await;
+}
+
+/// Issue 44 section 2: the pod list at a takeover is a consistent read (no `resourceVersion`,
+/// from etcd), never the watch cache's (`resourceVersion=0`, possibly behind): it decides
+/// which of the node's running pods are orphans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_list_at_a_takeover_is_a_consistent_read() {
+    use common::standin::{StandIn, wait_node_event};
+    let mut h = ApiHarness::new("sick-takeover-list").await;
+    let _web = pod(&h, "web", 30).await;
+    let mut kubelet = StandIn::new(h.api.handle(), NODE, Duration::from_millis(500));
+    kubelet.start().await;
+    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = AuthoritySetting::Auto;
+    cfg.kubelet_healthz_url = Some(kubelet.url());
+    let takeover_after = Duration::from_secs(3);
+    cfg.takeover_after = takeover_after;
+    cfg.standby_poll = Duration::from_millis(500);
+    let cancel = h.cancel.clone();
+    h.agent = Some(tokio::spawn(async move {
+        reaplet::agent::run(cfg, cancel).await.unwrap();
+    }));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lists = || {
+        reaplets(&h.api)
+            .into_iter()
+            .filter(|r| pod_lists().matches_recorded(r))
+            .collect::<Vec<_>>()
+    };
+    assert!(lists().is_empty(), "pods listed while passive");
+    kubelet.stop().await;
+    wait_node_event(&h.api, "ReapletTookOver", 0, takeover_after + SLACK * 2).await;
+    let t0 = Instant::now();
+    while lists().is_empty() {
+        assert!(t0.elapsed() < SLACK, "no pod list after the takeover");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = &lists()[0];
+    println!("the takeover's pod list: {} {:?}", first.path, first.query);
+    assert!(
+        first
+            .query
+            .get("resourceVersion")
+            .is_none_or(|v| v.is_empty()),
+        "the takeover's pod list asked the watch cache: {:?}",
+        first.query
+    );
+    h.stop().await;
+}

@@ -10,8 +10,10 @@
 //! * API errors are classified by HTTP status code, never by message text;
 //! * every request is bounded in time: status, delete, get and event requests by
 //!   [`REQUEST_TIMEOUT`] ([`bounded`]); the pod LIST by the source's own deadline; an open watch
-//!   by the server's `timeoutSeconds` plus kube-runtime's idle margin, and the connection by an
-//!   idle-read timeout a little longer than that;
+//!   by the server's `timeoutSeconds` plus kube-runtime's idle margin (the pod watch's is 15 s:
+//!   [`source::WATCH_TIMEOUT`]), and the connection by an idle-read timeout a little longer
+//!   than the longest; every connection by TCP keepalive and `TCP_USER_TIMEOUT` (a dead path
+//!   found in 20 s, [`client`]);
 //! * every request carries a `User-Agent` naming reaplet and its version ([`user_agent`]), so
 //!   the server's audit log and managedFields tell it from the kubelet acting as the same node.
 
@@ -118,7 +120,9 @@ impl RequestError {
     }
 
     /// What the failure tells a backoff: a request that timed out had a connection (the
-    /// connect timeout is shorter) and is slow, not unanswered.
+    /// connect timeout is shorter) and is slow, not unanswered (the health prober then tries a
+    /// new connection: [`health`]; a connection whose path died fails before this timeout, by
+    /// its user timeout, as unanswered: [`client::USER_TIMEOUT`]).
     pub fn failure(&self) -> Failure {
         match self {
             RequestError::Api(e) => failure_of(e),

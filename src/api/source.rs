@@ -10,12 +10,16 @@
 //!   (never the wall-clock `deletionTimestamp`, which another clock wrote);
 //! * orphans are judged only after the first complete list ([`PodWorkers::mark_source_synced`]);
 //! * a pod of another node, or one that does not convert, is logged and skipped;
+//! * a watch that delivers nothing for [`WATCH_TIMEOUT`] and kube-runtime's 5 s margin is
+//!   started again from the last version seen (no relist);
 //! * a mirror pod (`kubernetes.io/config.mirror`) is the kubelet's: never fed to the workers,
 //!   so deleting one never stops its static pod (the kubelet recreates the mirror);
 //! * no watch while this agent is passive ([`Authority`]): standby beside a live kubelet holds
 //!   no watch, decodes no pod and keeps nothing of the node's pods; going passive forgets what
-//!   the source delivered ([`PodWorkers::source_paused`]); becoming active lists again (from
-//!   the watch cache), and that list ends the deleted pods still present while terminal ones
+//!   the source delivered ([`PodWorkers::source_paused`]); becoming active lists again (a
+//!   consistent list, without `resourceVersion`: never the watch cache's, which may be behind,
+//!   for the list that decides which running pods are orphans; every relist is one too), and
+//!   that list ends the deleted pods still present while terminal ones
 //!   are left to the relist, which ends only those still running
 //!   ([`PodWorkers::upsert_at_takeover`]).
 
@@ -76,6 +80,18 @@ fn accept(pod: &Pod, node: &str) -> Option<(PodInfo, bool)> {
     }
 }
 
+/// The pod watch's `timeoutSeconds`: the server ends each watch after this long (with a
+/// bookmark just before, so the next starts from a fresh version), and kube-runtime's idle
+/// check starts a new one from the last version seen when nothing at all (no event, no
+/// bookmark, not the server's end) arrived for this plus its 5 s margin: 20 s. That is the
+/// bound on how long a watch on a path gone silent above TCP (a proxy or a load balancer that
+/// keeps the connection open and forwards nothing; keepalive sees only a dead kernel) keeps
+/// reaplet blind: a pod deleted just after gets its SIGTERM about 20 s later, where the
+/// kubelet's informer notices in about 45 s (HTTP/2 pings) and a watch with the default 290 s
+/// after 295 s. The cost is a watch request every 15 s while this agent acts (a passive standby
+/// holds no pod watch), each resumed from the watch cache: no list.
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// A pod LIST that has not completed in this long is abandoned and retried with backoff (a
 /// node's list is at most a few hundred pods: seconds, even on a loaded server).
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -132,7 +148,10 @@ pub async fn run<R: Runtime>(
     // since when every attempt has been answered 401
     let mut rejected_since: Option<Instant> = None;
     let api: kube::Api<Pod> = kube::Api::all(client);
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node}"))
+        .timeout(WATCH_TIMEOUT.as_secs() as u32)
+        .list_semantic(watcher::ListSemantic::MostRecent);
     // reset only after two quiet minutes (client-go's reflector), never by an event: a list
     // that works and a watch that fails at once is one failure repeating
     let mut backoff = Backoff::resetting_after(Policy::API, STABLE_RESET);

@@ -5,6 +5,12 @@
 //! FIN, nothing read, nothing sent), as a load balancer with no healthy backend does. It counts
 //! the connection attempts, so a test can say how hard a client hammered during an outage.
 //!
+//! A path gone silent above TCP (issue 44 item 4): [`Proxy::stall_open`] stops forwarding on
+//! every connection open at that moment without closing it (what the client sends is read and
+//! dropped, nothing reaches it, its kernel's keepalive probes are answered by the proxy's), as
+//! a load balancer or a proxy that lost its backend without telling does; connections opened
+//! after it are forwarded as before.
+//!
 //! A brownout rather than an outage (issue 38 item 1): while held ([`Proxy::hold`]) the TLS
 //! handshakes go through but no HTTP request reaches the server (it is kept, and forwarded on
 //! [`Proxy::release`] unless the client gave up and closed first), as a server queueing
@@ -30,6 +36,8 @@ pub struct Proxy {
     mode: Arc<AtomicU8>,
     /// bumped to cut the open connections (each ends them as the mode then says)
     cut: watch::Sender<u64>,
+    /// bumped to stall the open connections
+    stall: watch::Sender<u64>,
     attempts: Arc<AtomicU64>,
     held: watch::Sender<bool>,
     latency: watch::Sender<Duration>,
@@ -127,6 +135,13 @@ async fn forward_down(
     tokio::join!(read, write);
 }
 
+/// A stalled connection: kept open, what its client sends read and dropped, nothing sent,
+/// until the client closes it.
+async fn swallow(mut conn: TcpStream) {
+    let mut buf = [0u8; 4096];
+    while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+}
+
 /// Ends `conn` as `mode` says: a RST, or a FIN with nothing answered (what the peer still
 /// sends is read and dropped until it closes too, at most 5 s, so that no RST follows).
 async fn end(mut conn: TcpStream, mode: u8) {
@@ -150,9 +165,10 @@ impl Proxy {
         let mode = Arc::new(AtomicU8::new(FORWARD));
         let attempts = Arc::new(AtomicU64::new(0));
         let (cut, _) = watch::channel(0u64);
+        let (stall, _) = watch::channel(0u64);
         let (held, _) = watch::channel(false);
         let (latency, _) = watch::channel(Duration::ZERO);
-        let (m, a, c) = (mode.clone(), attempts.clone(), cut.clone());
+        let (m, a, c, st) = (mode.clone(), attempts.clone(), cut.clone(), stall.clone());
         let (h, l) = (held.clone(), latency.clone());
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
@@ -163,6 +179,7 @@ impl Proxy {
                     continue;
                 }
                 let mut cut_rx = c.subscribe();
+                let mut stall_rx = st.subscribe();
                 let m = m.clone();
                 let (held_rx, latency_rx) = (h.subscribe(), l.subscribe());
                 tokio::spawn(async move {
@@ -179,13 +196,26 @@ impl Proxy {
                             forward_down(up_r, client_w, latency_rx)
                         );
                     };
-                    let cut = tokio::select! {
-                        _ = forwarded => false,
-                        _ = cut_rx.changed() => true,
+                    enum Then {
+                        Done,
+                        Cut,
+                        Stall,
+                    }
+                    let then = tokio::select! {
+                        _ = forwarded => Then::Done,
+                        _ = cut_rx.changed() => Then::Cut,
+                        _ = stall_rx.changed() => Then::Stall,
                     };
-                    if cut {
-                        drop(up);
-                        end(conn, m.load(Ordering::SeqCst)).await;
+                    match then {
+                        Then::Done => {}
+                        Then::Cut => {
+                            drop(up);
+                            end(conn, m.load(Ordering::SeqCst)).await;
+                        }
+                        Then::Stall => {
+                            drop(up);
+                            swallow(conn).await;
+                        }
                     }
                 });
             }
@@ -194,6 +224,7 @@ impl Proxy {
             addr,
             mode,
             cut,
+            stall,
             attempts,
             held,
             latency,
@@ -242,6 +273,12 @@ impl Proxy {
     /// Forwards again (the same as [`Self::stop_resetting`]).
     pub fn stop_closing(&self) {
         self.stop_resetting();
+    }
+
+    /// Stops forwarding on every connection open now, without closing it (see the module
+    /// doc); new connections are forwarded.
+    pub fn stall_open(&self) {
+        self.stall.send_modify(|n| *n += 1);
     }
 
     /// Connection attempts so far.
