@@ -218,16 +218,20 @@ fn hook_writing(word: &str) -> serde_json::Value {
     serde_json::json!({"exec": {"command": ["/bin/sh", "-c", format!("echo {word} > /proc/1/fd/1")]}})
 }
 
-/// The container's log (the CRI log file the test bed's runtime writes).
-fn container_log(h: &ApiHarness, t: &PodTemplate, container: &str) -> String {
-    std::fs::read_to_string(
+/// How long a line a container wrote may take to reach its CRI log file (containerd copies
+/// the output as it comes; slack for a loaded machine).
+const LOGGED: Duration = Duration::from_secs(5);
+
+/// The container's log (the CRI log file the test bed's runtime writes) once it holds `what`:
+/// the copy lags the container's write, so a line is waited for, never read once (issue 44).
+async fn container_log(h: &ApiHarness, t: &PodTemplate, container: &str, what: &str) -> String {
+    let path =
         h.tb.dir
             .join("logs")
             .join(&t.uid)
             .join(container)
-            .join("0.log"),
-    )
-    .unwrap_or_default()
+            .join("0.log");
+    wait_logged(&path, what, LOGGED, String::new).await
 }
 
 /// Reads the container's status as soon as it has exited (within `LIMIT`).
@@ -281,7 +285,8 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
         "killed after {took:.3}s: not on the original deadline (6 s after the first SIGTERM)\n{}",
         tail(&read_log(&log), 40)
     );
-    let out = container_log(&h, &t, "app");
+    container_log(&h, &t, "app", "hook-ran").await;
+    let out = container_log(&h, &t, "app", "got-term").await;
     assert_eq!(
         out.matches("hook-ran").count(),
         1,
@@ -320,8 +325,9 @@ async fn a_pod_deleted_while_reaplet_was_down_still_gets_its_prestop_and_sigterm
         took >= 2.0,
         "SIGKILLed {took:.3}s after start: sooner than the 2 s floor"
     );
-    let out = container_log(&h, &t, "app");
+    let out = container_log(&h, &t, "app", "hook-ran").await;
     assert!(out.contains("hook-ran"), "no preStop hook: {out}");
+    let out = container_log(&h, &t, "app", "got-term").await;
     assert!(out.contains("got-term"), "no SIGTERM: {out}");
     agent.kill().unwrap();
     agent.wait().unwrap();
@@ -354,10 +360,8 @@ async fn a_deletion_timestamp_60s_behind_this_clock_still_gets_the_whole_grace()
         took >= 4.0,
         "SIGKILLed {took:.3}s after start: the 4 s grace was cut"
     );
-    assert!(
-        container_log(&h, &t, "app").contains("got-term"),
-        "no SIGTERM"
-    );
+    let out = container_log(&h, &t, "app", "got-term").await;
+    assert!(out.contains("got-term"), "no SIGTERM: {out}");
     agent.kill().unwrap();
     agent.wait().unwrap();
 }

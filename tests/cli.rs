@@ -329,10 +329,11 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
         "{text}"
     );
     assert!(!text.contains("measured"), "a pod name leaked into a label");
-    // logs are JSON lines
-    let logs = std::fs::read_to_string(&log).unwrap();
+    // logs are JSON lines (those written in full: reaplet still logs as this reads)
+    let logs = read_log(&log);
     assert!(
-        logs.lines()
+        complete(&logs)
+            .lines()
             .filter(|l| !l.is_empty())
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
         "{logs}"

@@ -239,31 +239,15 @@ fn run_logs_the_ignored_kubelet_fields_in_one_line() {
         .spawn()
         .unwrap();
     let _guard = KillOnDrop(child.id());
-    let start = Instant::now();
-    let line = loop {
-        let logs = std::fs::read_to_string(&log).unwrap_or_default();
-        let found: Vec<serde_json::Value> = logs
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| {
-                v["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("kubelet configuration"))
-            })
-            .collect();
-        if !found.is_empty() {
-            assert_eq!(found.len(), 1, "{logs}");
-            break found[0].clone();
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("reaplet exited {st:?}:\n{logs}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no such line:\n{logs}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // start-up logs: 10 s is far more than reading the configuration takes
+    let limit = Duration::from_secs(10);
+    let is_config = |m: &str| m.contains("kubelet configuration");
+    let logs = wait_line(&mut child, &log, "kubelet configuration", limit, |l| {
+        message_is(l, is_config)
+    });
+    let found = json_lines(&logs, is_config);
+    assert_eq!(found.len(), 1, "{logs}");
+    let line = &found[0];
     assert_eq!(line["level"], "INFO", "{line}");
     let ignored = line["ignored"].as_str().unwrap();
     for f in [
@@ -279,13 +263,14 @@ fn run_logs_the_ignored_kubelet_fields_in_one_line() {
         line["used"], "cgroupDriver,healthzBindAddress,healthzPort,staticPodPath",
         "{line}"
     );
-    // kubeadm writes the kubelet's healthz fields out: the probe is where they say, one line
-    let logs = std::fs::read_to_string(&log).unwrap();
-    let probe: Vec<serde_json::Value> = logs
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["message"] == "kubelet healthz probe")
-        .collect();
+    // kubeadm writes the kubelet's healthz fields out: the probe is where they say, one line.
+    // Logged after the configuration line (issue 44: read right after it, it was not there
+    // yet once on 2 loaded cores): waited for in its own right
+    let is_probe = |m: &str| m == "kubelet healthz probe";
+    let logs = wait_line(&mut child, &log, "kubelet healthz probe", limit, |l| {
+        message_is(l, is_probe)
+    });
+    let probe = json_lines(&logs, is_probe);
     assert_eq!(probe.len(), 1, "{logs}");
     assert_eq!(probe[0]["url"], "http://127.0.0.1:10248/healthz", "{logs}");
     assert!(

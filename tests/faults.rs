@@ -836,8 +836,14 @@ async fn containerd_down_when_a_pod_is_deleted_still_gets_its_hook_and_sigterm()
         .await
         .unwrap();
     let after = secs(st.finished_at - back);
-    let out = std::fs::read_to_string(tb.dir.join("logs").join(&t.uid).join("app/0.log"))
-        .unwrap_or_default();
+    // the hook's line reaches the CRI log as containerd copies it: waited for (issue 44)
+    let out = wait_logged(
+        &tb.dir.join("logs").join(&t.uid).join("app/0.log"),
+        "hook-ran",
+        Duration::from_secs(5),
+        || tail(&read_log(&log), 40),
+    )
+    .await;
     // the CRI log line's own timestamp: when the hook wrote, just before the SIGTERM
     let hook_at = out
         .lines()

@@ -7,6 +7,9 @@
 //!   on a private containerd), `helm install` runs reaplet's pod and it answers `/readyz`;
 //!   `helm upgrade` to the service-account identity and other resources rolls the pod (the new
 //!   one ready through the chart's RBAC); `helm uninstall` removes all it made;
+//! * the rolling update replaces a tenth of the nodes' pods at a time (`maxUnavailable: 10%`,
+//!   no surge), in the shipped manifest, the chart's values and its rendering, and the real API
+//!   server takes it (issue 44);
 //! * `reaplet check` against the real API server passes with the chart's RBAC for every mode,
 //!   and fails, naming the verb, when the identity lacks what the configured mode uses.
 //!
@@ -93,6 +96,8 @@ fn the_charts_defaults_render_the_shipped_daemonset_and_rbac() {
         objects[0]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
         "reaplet"
     );
+    // the rolling update as rendered: a tenth of the fleet at a time (issue 44)
+    assert_rolls_a_tenth_at_a_time(&objects[0], "helm template");
 
     // the service-account identity: deploy/rbac.yaml's objects and rules
     let sa = template(h.path(), &["identity=serviceAccount"], &[]);
@@ -194,6 +199,61 @@ fn the_charts_defaults_render_the_shipped_daemonset_and_rbac() {
         );
         assert!(!ok && err.contains(field), "{set}: {err}");
     }
+}
+
+/// A DaemonSet's rolling update (issue 44, item 5): `maxUnavailable: 10%` (the API server
+/// takes the percentage of the nodes that should run the pod, rounded up: one node of a small
+/// cluster, 500 of 5,000), no surge (two pods of one node would share its status port).
+/// `maxUnavailable: 1` took 5,000 steps on 5,000 nodes, about a day; 10% takes ten.
+fn assert_rolls_a_tenth_at_a_time(ds: &Value, what: &str) {
+    let strategy = &ds["spec"]["updateStrategy"];
+    assert_eq!(strategy["type"], "RollingUpdate", "{what}: {strategy}");
+    let rolling = &strategy["rollingUpdate"];
+    let percent: u64 = rolling["maxUnavailable"]
+        .as_str()
+        .and_then(|v| v.strip_suffix('%'))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: maxUnavailable is no percentage: {strategy}"));
+    assert_eq!(percent, 10, "{what}: {strategy}");
+    assert_eq!(rolling["maxSurge"], 0, "{what}: {strategy}");
+    // the steps of a rollout, the API server's rounding
+    let steps = |nodes: u64| nodes.div_ceil((nodes * percent).div_ceil(100));
+    assert_eq!(
+        [steps(1), steps(3), steps(100), steps(5000)],
+        [1, 3, 10, 10],
+        "{what}"
+    );
+}
+
+/// The shipped manifest and the chart's values, as files (no helm needed): the rolling update
+/// a fleet can wait for (before: `maxUnavailable: 1`, one node at a time).
+#[test]
+fn the_shipped_daemonset_and_the_charts_values_roll_a_tenth_at_a_time() {
+    let shipped = repo_yaml("deploy/daemonset.yaml").remove(0);
+    assert_rolls_a_tenth_at_a_time(&shipped, "deploy/daemonset.yaml");
+    let values = repo_yaml("deploy/helm/reaplet/values.yaml").remove(0);
+    let ds = json!({"spec": {"updateStrategy": values["updateStrategy"]}});
+    assert_rolls_a_tenth_at_a_time(&ds, "the chart's values.yaml");
+}
+
+/// The real API server takes the rolling update as shipped and as the chart renders it (a
+/// server-side dry run of each DaemonSet), and refuses one that could never progress (0% and
+/// no surge): the percentage is validated where it is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_accepts_the_rolling_update_as_shipped_and_rendered() {
+    let cluster = Cluster::start(common::k8s::Options::default()).await;
+    let h = home();
+    let path = "/apis/apps/v1/namespaces/kube-system/daemonsets?dryRun=All";
+    let shipped = repo_yaml("deploy/daemonset.yaml").remove(0);
+    let rendered = template(h.path(), &[], &[]).remove(0);
+    for (what, ds) in [("shipped", shipped), ("rendered", rendered)] {
+        let got = cluster.must("POST", path, Some(&ds)).await;
+        assert_rolls_a_tenth_at_a_time(&got, what);
+    }
+    let mut stuck = repo_yaml("deploy/daemonset.yaml").remove(0);
+    stuck["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = "0%".into();
+    let (code, body) = cluster.raw("POST", path, None, Some(&stuck)).await;
+    assert_eq!(code, 422, "{body:#}");
 }
 
 /// The DaemonSet's pods of release `reaplet` (not being deleted).

@@ -330,6 +330,15 @@ async fn containerd_sigstopped_for_two_minutes_is_no_restart_and_loses_nothing()
     let runtime_status = statuses
         .iter()
         .find(|s| s.contains("container runtime not answering"));
+    // the recovery line is written as the relist that made reaplet ready again ends: waited
+    // for, not read once (issue 44); the stall's lines came seconds before it
+    wait_logged(
+        &agent.log,
+        "container runtime answers again",
+        Duration::from_secs(5),
+        || tail(&agent.log(), 40),
+    )
+    .await;
     let log = agent.log();
     let writes = api.writes();
     let deletes = |name: &str| {

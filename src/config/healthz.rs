@@ -12,8 +12,13 @@
 //!   > reaplet's file > the kubelet's file > the kubelet's defaults);
 //! * port 0 means the kubelet serves no health endpoint: the result is `None` (the Lease alone
 //!   decides), never a URL that would always fail;
-//! * an unspecified bind address (`0.0.0.0`, `::`; empty is the default `127.0.0.1`) is probed
-//!   on the loopback address of its family; an IPv6 address is bracketed in the URL;
+//! * an unspecified bind address is probed where the kubelet's wildcard socket answers:
+//!   `0.0.0.0` on `127.0.0.1` (an IPv4 wildcard always listens there), `::` as the URL host
+//!   `[::]`, which the probe tries on `::1`, then on `127.0.0.1` (a host whose loopback has no
+//!   IPv6 has no `::1`: the kubelet's socket then answers on IPv4 alone;
+//!   [`crate::standby::probe`]); empty is the default `127.0.0.1`;
+//! * an IPv4-mapped IPv6 address (`::ffff:127.0.0.1`) is the IPv4 address it maps (the
+//!   kubelet, in Go, listens on IPv4 for it); any other IPv6 address is bracketed in the URL;
 //! * every error is a [`ConfigError`] naming `healthzPort`, `healthzBindAddress` or
 //!   `kubeletHealthzURL`.
 
@@ -103,8 +108,9 @@ fn parse_port(v: Option<&str>) -> Result<Option<u16>, ConfigError> {
     Ok((n != 0).then_some(n))
 }
 
-/// The URL host to probe for `healthzBindAddress`: an unspecified address on the loopback of
-/// its family, an IPv6 address in brackets, a host name as it is (lower-cased).
+/// The URL host to probe for `healthzBindAddress`: `0.0.0.0` on `127.0.0.1`, `::` as `[::]`
+/// (the probe tries both loopbacks), an IPv4-mapped address as its IPv4 address, any other
+/// IPv6 address in brackets, a host name as it is (lower-cased).
 fn probe_host(v: Option<&str>) -> Result<String, ConfigError> {
     let v = v.map(str::trim).unwrap_or_default();
     let v = if v.is_empty() {
@@ -112,9 +118,13 @@ fn probe_host(v: Option<&str>) -> Result<String, ConfigError> {
     } else {
         v
     };
-    match v.parse::<IpAddr>() {
+    let ip = v.parse::<IpAddr>().map(|a| match a {
+        IpAddr::V6(a6) => a6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+        a => a,
+    });
+    match ip {
         Ok(IpAddr::V4(a)) if a.is_unspecified() => Ok("127.0.0.1".into()),
-        Ok(IpAddr::V6(a)) if a.is_unspecified() => Ok("[::1]".into()),
+        Ok(IpAddr::V6(a)) if a.is_unspecified() => Ok("[::]".into()),
         Ok(IpAddr::V4(a)) => Ok(a.to_string()),
         Ok(IpAddr::V6(a)) => Ok(format!("[{a}]")),
         Err(_) => {
@@ -166,7 +176,16 @@ mod tests {
             ),
             // unspecified: loopback of the family
             (None, s("0.0.0.0"), "http://127.0.0.1:10248/healthz"),
-            (s("10249"), s("::"), "http://[::1]:10249/healthz"),
+            // `::`: the probe tries ::1, then 127.0.0.1 (issue 44)
+            (s("10249"), s("::"), "http://[::]:10249/healthz"),
+            (None, s("0:0:0:0:0:0:0:0"), "http://[::]:10248/healthz"),
+            // IPv4-mapped: the IPv4 address the kubelet listens on
+            (
+                None,
+                s("::ffff:127.0.0.1"),
+                "http://127.0.0.1:10248/healthz",
+            ),
+            (None, s("::ffff:0.0.0.0"), "http://127.0.0.1:10248/healthz"),
             (None, s(""), "http://127.0.0.1:10248/healthz"),
             (None, s("  "), "http://127.0.0.1:10248/healthz"),
             // IPv6 in brackets
@@ -263,7 +282,7 @@ mod tests {
         );
         assert_eq!(
             load_k("healthzBindAddress: \"::\"\n", RawSettings::default()),
-            (s("http://[::1]:10248/healthz"), HealthzFrom::KubeletConfig)
+            (s("http://[::]:10248/healthz"), HealthzFrom::KubeletConfig)
         );
         // kubeadm's zero value for the address is the default, not a setting
         assert_eq!(

@@ -618,7 +618,7 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Json);
         assert_eq!(
             s.kubelet_healthz_url.as_deref(),
-            Some("http://[::1]:10300/healthz")
+            Some("http://[::]:10300/healthz")
         );
         assert_eq!(
             s.tracing,

@@ -103,6 +103,81 @@ pub fn read_log(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
+/// The part of a log written in full: up to its last newline (a last line without one is
+/// still being written: a read can land in the middle of a write).
+pub fn complete(text: &str) -> &str {
+    &text[..text.rfind('\n').map_or(0, |i| i + 1)]
+}
+
+/// Whether `line` is a JSON log line (`--log-format json`) whose `message` `wanted` accepts.
+pub fn message_is(line: &str, wanted: impl Fn(&str) -> bool) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .is_ok_and(|v| v["message"].as_str().is_some_and(wanted))
+}
+
+/// The log's complete JSON lines whose `message` `wanted` accepts.
+pub fn json_lines(text: &str, wanted: impl Fn(&str) -> bool) -> Vec<serde_json::Value> {
+    complete(text)
+        .lines()
+        .filter(|l| message_is(l, &wanted))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Waits until the log at `log`, written by `child`, has a complete line that `wanted`
+/// accepts; returns the log's complete lines so far. Every log assertion reads what it waited
+/// for: a line written after the one waited for may not be there yet (the process may be
+/// descheduled between the two writes). Fails naming `what` when `child` exits first, or after
+/// `limit`.
+pub fn wait_line(
+    child: &mut Child,
+    log: &Path,
+    what: &str,
+    limit: Duration,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    let start = Instant::now();
+    loop {
+        let text = read_log(log);
+        if complete(&text).lines().any(&wanted) {
+            return complete(&text).to_owned();
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("exited {st:?} before logging {what}:\n{text}");
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no {what} line within {limit:?}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the file at `path` (a log another process writes: reaplet's, a container's)
+/// has a complete line containing `what`, within `limit`; returns its complete lines so far.
+/// Fails with `context()` (reaplet's log, say).
+pub async fn wait_logged(
+    path: &Path,
+    what: &str,
+    limit: Duration,
+    context: impl Fn() -> String,
+) -> String {
+    let start = Instant::now();
+    loop {
+        let text = read_log(path);
+        if complete(&text).lines().any(|l| l.contains(what)) {
+            return complete(&text).to_owned();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} has no {what:?} within {limit:?}:\n{text}\n{}",
+            path.display(),
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A loopback address with a free port for a status endpoint (`port::free_port`: below
 /// the ephemeral range, so no outgoing connection takes it before reaplet binds it).
 pub fn free_addr() -> SocketAddr {

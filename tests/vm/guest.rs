@@ -610,7 +610,19 @@ async fn manifest_removal(g: &Guest) -> R<(String, Vec<PodUid>)> {
             .join("logs")
             .join(pods[2].1.uid.as_str())
             .join("app/0.log");
-    let hook_out = std::fs::read_to_string(&log).unwrap_or_default();
+    // the hook's line reaches the container's log as the runtime copies it: waited for, not
+    // read once (issue 44); what is there is reported when it never comes
+    let hook_out = wait_for(
+        Duration::from_secs_f64(SLACK),
+        "the preStop hook's line",
+        || async {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("prestop-ran"))
+        },
+    )
+    .await
+    .unwrap_or_else(|_| std::fs::read_to_string(&log).unwrap_or_default());
     ensure(
         code(2) == 0 && after(2) >= 1.0 && hook_out.contains("prestop-ran"),
         || {
