@@ -226,7 +226,7 @@ async fn check_passes_on_the_test_bed_and_names_what_is_wrong() {
     // may GET only a pod bound to it, by name)
     let kc_row = row(&out, "kubeconfig");
     assert!(
-        kc_row.contains("WARN") && kc_row.contains("permitted to 6 of 7 needed verbs"),
+        kc_row.contains("WARN") && kc_row.contains("permitted to 7 of 8 needed verbs"),
         "{out}"
     );
     assert!(kc_row.contains("not asked: get pods"), "{out}");

@@ -104,8 +104,10 @@ const PODS: &[Need] = &[
 /// Without the Lease watch: reads on demand (`standby::lease`; a node identity may not watch).
 const ON_DEMAND: Option<&str> = Some("the Lease is read on demand, not watched");
 /// `--authority standby` or `auto`: the kubelet's Lease, watched where the identity may (a list
-/// and watches on that one object), else read.
+/// and watches on that one object), else read; this node's Node, read before acting (at start
+/// when the Lease is missing, and in every takeover's proof).
 const STANDBY: &[Need] = &[
+    need("get", "", "nodes", "", Target::OwnNode, "standby"),
     need(
         "get",
         COORDINATION,
@@ -197,6 +199,9 @@ pub fn needed(s: &Settings) -> Vec<Need> {
     if !crate::shutdown::groups(&s.shutdown).is_empty() {
         out.extend_from_slice(SHUTDOWN);
     }
+    // one line per permission: standby and node shutdown both read the Node (the first keeps it)
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|n| seen.insert(n.name()));
     out
 }
 
