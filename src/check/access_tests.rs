@@ -88,7 +88,11 @@ fn the_taint_manager_adds_the_node_watch_and_follows_the_runs_default() {
         r.pod_manifest_path = Some(dir.path().display().to_string());
     });
     assert!(!standby.taint_manager());
-    assert!(!names(&standby).iter().any(|n| n.ends_with(" nodes") && n != "get nodes"));
+    assert!(
+        !names(&standby)
+            .iter()
+            .any(|n| n.ends_with(" nodes") && n != "get nodes")
+    );
 }
 
 #[test]
