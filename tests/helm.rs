@@ -16,6 +16,8 @@
 //! Privileged (root, containerd, the kubelet).
 
 mod common;
+#[path = "common/lease_watch.rs"]
+mod lease_watch;
 
 use common::helm::{HelmOn, chart, find, import_reaplet_image, template};
 use common::k8s::Cluster;
@@ -474,6 +476,8 @@ async fn helm_installs_upgrades_and_uninstalls_reaplet_on_the_real_kubelet() {
     println!("reaplet's requests as {sa_user}: {by_sa:?}");
     assert!(by_sa.iter().any(|l| l == "list leases 200"), "{by_sa:?}");
     assert!(!by_sa.iter().any(|l| l.contains(" pods ")), "{by_sa:?}");
+
+    lease_watch::sa_standby_holds_its_lease_watch_and_takes_nothing_over(&n, port, &second).await;
 
     // uninstall: the DaemonSet, its pod and the RBAC objects go
     let t0 = Instant::now();

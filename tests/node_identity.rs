@@ -20,6 +20,8 @@
 //! it.
 
 mod common;
+#[path = "common/lease_watch.rs"]
+mod lease_watch;
 
 use common::kube_node::{KubeNode, NODE, pod, uid};
 use common::{free_addr, metric, probe, reaplet, row};
@@ -119,41 +121,6 @@ async fn keeps_running(n: &KubeNode, ids: &[String], window: Duration) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     all_running(n, ids).await;
-}
-
-/// Every request of `user`'s with reaplet's User-Agent that wrote something.
-fn writes_of(n: &KubeNode, user: &str) -> Vec<String> {
-    n.cluster
-        .writes_by(user)
-        .into_iter()
-        .filter(|a| a.user_agent.starts_with("reaplet/"))
-        .map(|a| a.line())
-        .collect()
-}
-
-/// `deploy/rbac.yaml`, created as an admin.
-async fn apply_rbac(n: &KubeNode) {
-    let text = std::fs::read_to_string(common::repo().join("deploy/rbac.yaml")).unwrap();
-    for doc in text.split("\n---\n") {
-        let v: Value = serde_saphyr::from_str(doc).expect("deploy/rbac.yaml parses");
-        let ns = v["metadata"]["namespace"].as_str();
-        let name = v["metadata"]["name"].as_str().unwrap();
-        let path = match (v["kind"].as_str().unwrap(), ns) {
-            ("ServiceAccount", Some(ns)) => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
-            ("ClusterRole", _) => "/apis/rbac.authorization.k8s.io/v1/clusterroles".into(),
-            ("ClusterRoleBinding", _) => {
-                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into()
-            }
-            ("Role", Some(ns)) => {
-                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles")
-            }
-            ("RoleBinding", Some(ns)) => {
-                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings")
-            }
-            (k, _) => panic!("deploy/rbac.yaml: unexpected {k} {name}"),
-        };
-        n.cluster.must("POST", &path, Some(&v)).await;
-    }
 }
 
 /// A kubeconfig with a token of the `reaplet` service account (`spec` of the TokenRequest:
@@ -299,7 +266,7 @@ async fn a_service_account_on_a_host_named_otherwise_ends_nothing() {
     let host = host_name();
     assert_ne!(host, NODE, "the test needs a host not named {NODE}");
     let (mut n, ids) = node_with_pods("ni-sa").await;
-    apply_rbac(&n).await;
+    lease_watch::apply_rbac(&n.cluster).await;
     let kc = sa_kubeconfig(&n, json!({"expirationSeconds": 3600}), "sa.kubeconfig").await;
 
     // the package's defaults: standby (auto), the kubelet's health endpoint from its file
@@ -314,7 +281,7 @@ async fn a_service_account_on_a_host_named_otherwise_ends_nothing() {
         log.contains("registered under another name") && log.contains("role=\"passive\""),
         "the wrong name not said, or not passive:\n{log}"
     );
-    let w = writes_of(&n, SA_USER);
+    let w = lease_watch::sa_writes(&n, SA_USER);
     assert!(w.is_empty(), "reaplet wrote: {w:#?}");
     n.stop_reaplet();
 
@@ -359,7 +326,7 @@ async fn a_service_account_on_a_host_named_otherwise_ends_nothing() {
     .await;
     assert_eq!(m, 1.0);
     // no pod was written: the one write is the event that says it
-    let w = writes_of(&n, SA_USER);
+    let w = lease_watch::sa_writes(&n, SA_USER);
     assert!(
         w.iter().all(|l| l.contains("events")),
         "reaplet wrote: {w:#?}"
@@ -394,7 +361,7 @@ async fn a_service_account_on_a_host_named_otherwise_ends_nothing() {
 async fn a_pod_bound_token_names_the_node() {
     assert_ne!(host_name(), NODE, "the test needs a host not named {NODE}");
     let (mut n, ids) = node_with_pods("ni-bound").await;
-    apply_rbac(&n).await;
+    lease_watch::apply_rbac(&n.cluster).await;
     // the DaemonSet's pod: in the service account's namespace, bound to the node
     let mut body = pod("reaplet-holder", 1, IGNORES_TERM);
     body["metadata"]["namespace"] = json!("kube-system");
@@ -415,7 +382,7 @@ async fn a_pod_bound_token_names_the_node() {
         log.contains("a kubelet held the node Lease at start"),
         "{log}"
     );
-    let w = writes_of(&n, SA_USER);
+    let w = lease_watch::sa_writes(&n, SA_USER);
     assert!(w.is_empty(), "reaplet wrote: {w:#?}");
     n.kubelet.stop();
     n.wait_log("ReapletTookOver", THRESHOLD + RENEWAL + SLACK)

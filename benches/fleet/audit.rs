@@ -65,6 +65,17 @@ pub struct Req {
     pub quorum: bool,
     /// `requestReceivedTimestamp`, ns since the epoch
     pub received: i64,
+    /// the response's status code (0: none, e.g. a watch cut by the server's exit)
+    pub code: u16,
+}
+
+impl Req {
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
 }
 
 /// The audit log read so far.
@@ -166,7 +177,16 @@ impl AuditLog {
             resource,
             quorum,
             received: ts_ns(&v["requestReceivedTimestamp"]),
+            code,
         });
+    }
+
+    /// Forgets the watches still open: their server is gone (stopped without writing their
+    /// `ResponseComplete` record).
+    pub fn forget_open_watches(&mut self) -> usize {
+        let n = self.open_watches.len();
+        self.open_watches.clear();
+        n
     }
 
     /// Watches open now, by sender.

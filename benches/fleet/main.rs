@@ -5,11 +5,14 @@
 //! runtime, built by `testbed/kube.sh build kubemark` at the same version as the other
 //! components), and beside each a standby reaplet (`reaplet run`, `--authority=auto`) with the
 //! node's own identity (`system:node:<node>` in `system:nodes`, signed by the test bed's CA),
-//! all of them on one private containerd of the test bed that runs no pods.
+//! all of them on one private containerd of the test bed that runs no pods. With
+//! `--identity=service-account` the reaplets use `deploy/rbac.yaml`'s service account instead,
+//! which may watch the node Leases (`identity.rs`): the watch path, one Lease watch per node.
 //!
 //! ```sh
 //! sudo cargo bench --features testbed --bench fleet              # 50 nodes, windows of 120 s
 //! sudo cargo bench --features testbed --bench fleet -- 100 --window=60
+//! sudo cargo bench --features testbed --bench fleet -- --identity=service-account --restart
 //! ```
 //!
 //! Three windows of the same length, in this order: the control plane alone (W0), with the N
@@ -21,7 +24,10 @@
 //! (`/proc/<pid>/stat` utime + stime over the window) per node. Then what reaplet adds against
 //! what the hollow kubelets cost: requests, quorum reads and watches are counted by sender
 //! (reaplets in W2 / hollow kubelets in W1), CPU by difference ((W2 - W1) / (W1 - W0)). The
-//! target, reaplet adds at most 10 %, is printed, never asserted.
+//! target, reaplet adds at most 10 %, is printed, never asserted. With `--restart[=SECS]` the
+//! API server is then restarted under the fleet and the SECS (default 60) from the signal are
+//! measured (`restart.rs`): requests, quorum reads and writes by sender, the reaplets' against
+//! the hollow kubelets', in the same window, and the reaplets' roles after it.
 //!
 //! Under `cargo test` (no `--bench` argument) only the quorum-read rule's cases run: the
 //! smallest fleet run (3 nodes, 10 s windows) costs more than a minute and needs kubemark,
@@ -34,13 +40,16 @@ mod k8s;
 mod port;
 
 mod audit;
+mod identity;
 #[path = "../common/json_tail.rs"]
 mod json_tail;
 mod procs;
 mod report;
+mod restart;
 mod window;
 
 use audit::AuditLog;
+use identity::Identity;
 use k8s::{Cluster, Options};
 use procs::{Fleet, Member, rss_mib};
 use reaplet::testbed::Testbed;
@@ -57,6 +66,9 @@ struct Plan {
     nodes: usize,
     window: Duration,
     settle: Duration,
+    identity: Identity,
+    /// the window after an API server restart (`None`: no restart)
+    restart: Option<Duration>,
 }
 
 impl Plan {
@@ -65,6 +77,8 @@ impl Plan {
             nodes: 50,
             window: Duration::from_secs(120),
             settle: Duration::from_secs(30),
+            identity: Identity::Node,
+            restart: None,
         };
         let secs = |v: &str, what: &str| {
             v.parse::<u64>()
@@ -76,26 +90,40 @@ impl Plan {
                 plan.window = secs(v, "--window")?;
             } else if let Some(v) = a.strip_prefix("--settle=") {
                 plan.settle = secs(v, "--settle")?;
+            } else if let Some(v) = a.strip_prefix("--identity=") {
+                plan.identity = Identity::parse(v)?;
+            } else if a == "--restart" {
+                plan.restart = Some(Duration::from_secs(60));
+            } else if let Some(v) = a.strip_prefix("--restart=") {
+                plan.restart = Some(secs(v, "--restart")?);
             } else if a == "smoke" {
                 // the smallest run that exercises every part: 3 nodes, 10 s windows
-                plan = Plan {
-                    nodes: 3,
-                    window: Duration::from_secs(10),
-                    settle: Duration::from_secs(10),
-                };
+                (plan.nodes, plan.window, plan.settle) =
+                    (3, Duration::from_secs(10), Duration::from_secs(10));
             } else if let Ok(n) = a.parse::<usize>() {
                 plan.nodes = n;
             } else if a != "--bench" {
                 return Err(format!(
-                    "unknown argument {a:?}: the arguments are N (nodes), --window=SECS, --settle=SECS, smoke"
+                    "unknown argument {a:?}: the arguments are N (nodes), --window=SECS, \
+                     --settle=SECS, --identity=node|service-account, --restart[=SECS], smoke"
                 ));
             }
         }
-        if plan.nodes == 0 || plan.window.is_zero() {
-            return Err("N and --window must be above 0".into());
+        if plan.nodes == 0 || plan.window.is_zero() || plan.restart == Some(Duration::ZERO) {
+            return Err("N, --window and --restart must be above 0".into());
         }
         Ok(plan)
     }
+}
+
+/// `/proc/loadavg`'s three averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn repo() -> &'static Path {
@@ -158,14 +186,16 @@ fn healthz_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}/healthz")
 }
 
-/// A standby reaplet beside node `node`'s hollow kubelet: the node's kubeconfig, the hollow
-/// kubelet's health endpoint, the shared containerd, its own root directory and status port.
+/// A standby reaplet beside node `node`'s hollow kubelet: the node's kubeconfig (or
+/// `kubeconfig`, the service account's), the hollow kubelet's health endpoint, the shared
+/// containerd, its own root directory and status port.
 fn start_reaplet(
     cluster: &Cluster,
     tb: &Testbed,
     dir: &Path,
     node: &str,
     kubelet_port: u16,
+    kubeconfig: Option<&Path>,
 ) -> R<(Member, std::net::SocketAddr)> {
     let d = dir.join(node);
     let root = d.join("root");
@@ -178,9 +208,10 @@ fn start_reaplet(
             c.env_remove(k);
         }
     }
+    let kubeconfig = kubeconfig.map_or_else(|| cluster.node_kubeconfig(node), Path::to_path_buf);
     c.arg("run")
         .arg("--kubeconfig")
-        .arg(cluster.node_kubeconfig(node))
+        .arg(kubeconfig)
         .args(["--hostname-override", node])
         .args(["--container-runtime-endpoint", &tb.endpoint()])
         .args(["--cgroup-root", &tb.cgroup_root])
@@ -288,7 +319,7 @@ async fn run(plan: Plan) -> R<()> {
     let kubemark = kubemark()?;
     let t = Instant::now();
     let tb = Testbed::start(repo(), "fleet");
-    let cluster = Cluster::start(Options::default()).await;
+    let mut cluster = Cluster::start(Options::default()).await;
     println!(
         "containerd, etcd and kube-apiserver up in {:.1} s ({})",
         t.elapsed().as_secs_f64(),
@@ -298,6 +329,14 @@ async fn run(plan: Plan) -> R<()> {
         cluster.dir.path().join("hollow"),
         cluster.dir.path().join("reaplets"),
     );
+    // the service account's objects and token, made before W0 (the admin's requests then
+    // fall outside every window); valid for the whole run with room to spare
+    let sa_kubeconfig = match plan.identity {
+        Identity::Node => None,
+        Identity::ServiceAccount => {
+            Some(identity::service_account_kubeconfig(&cluster, 6 * 3600).await?)
+        }
+    };
     let mut audit = AuditLog::default();
     let _leftovers = procs::TmpLeftovers::now();
     let mut kubelets = Fleet::default();
@@ -350,7 +389,14 @@ async fn run(plan: Plan) -> R<()> {
     let t = Instant::now();
     let mut status = Vec::with_capacity(plan.nodes);
     for (i, p) in ports.iter().enumerate() {
-        let (m, a) = start_reaplet(&cluster, &tb, &reaplet_dir, &node_name(i), *p)?;
+        let (m, a) = start_reaplet(
+            &cluster,
+            &tb,
+            &reaplet_dir,
+            &node_name(i),
+            *p,
+            sa_kubeconfig.as_deref(),
+        )?;
         reaplets.members.push(m);
         status.push(a);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -411,8 +457,17 @@ async fn run(plan: Plan) -> R<()> {
         100.0 * w2.reaplets_cpu / w2.secs / n,
     );
     report::report(&plan, [&w0, &w1, &w2], &footprint);
+    if let Some(len) = plan.restart {
+        let r =
+            restart::restart(&mut cluster, &mut kubelets, &mut reaplets, &mut audit, len).await?;
+        let roles_after = roles(&status).await;
+        report::restart(&plan, &w2, &r, &roles_after);
+    }
     // keep the logs of the run: the cluster's directory goes with it
-    let keep = repo().join("target/tmp/bench-fleet");
+    let keep = repo().join(match plan.identity {
+        Identity::Node => "target/tmp/bench-fleet".to_owned(),
+        i => format!("target/tmp/bench-fleet-{}", i.name()),
+    });
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::create_dir_all(&keep);
     let _ = std::fs::copy(&cluster.audit_log, keep.join("audit.log"));
@@ -435,8 +490,9 @@ async fn run(plan: Plan) -> R<()> {
         keep.display()
     );
     println!(
-        "the run took {:.0} s (from kubemark's check to the table)",
-        started.elapsed().as_secs_f64()
+        "the run took {:.0} s (from kubemark's check to the table); load average at its end {}",
+        started.elapsed().as_secs_f64(),
+        loadavg()
     );
     drop(reaplets);
     drop(kubelets);
@@ -471,12 +527,19 @@ async fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     println!(
-        "fleet benchmark: {} nodes, windows of {} s, settle {} s; {} cores; reaplet {} ({version})",
+        "fleet benchmark: {} nodes, windows of {} s, settle {} s, reaplets' identity {}, API \
+         server restart {}; {} cores; reaplet {} ({version}); load average {}",
         plan.nodes,
         plan.window.as_secs(),
         plan.settle.as_secs(),
+        plan.identity.name(),
+        plan.restart.map_or("none".into(), |d| format!(
+            "then, {} s measured",
+            d.as_secs()
+        )),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        bin.display()
+        bin.display(),
+        loadavg()
     );
     if let Err(e) = run(plan).await {
         eprintln!("\n*** fleet benchmark failed: {e} ***");

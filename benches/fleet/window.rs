@@ -21,12 +21,67 @@ pub struct Window {
     pub reqs: BTreeMap<Who, (usize, usize)>,
     /// by sender, verb and resource: (requests, quorum reads)
     pub by_kind: BTreeMap<(Who, String, String), (usize, usize)>,
+    /// by sender, verb, resource and response code: requests
+    pub by_code: BTreeMap<(Who, String, String, u16), usize>,
+    /// writes by sender
+    pub writes: BTreeMap<Who, usize>,
     /// watches open at its end, by sender (audit log) and in all (the API server's gauge)
     pub watches: BTreeMap<Who, usize>,
     pub watches_gauge: f64,
 }
 
 impl Window {
+    pub fn new(name: &'static str, secs: f64) -> Window {
+        Window {
+            name,
+            secs,
+            apiserver_cpu: 0.0,
+            etcd_cpu: 0.0,
+            kubelets_cpu: 0.0,
+            reaplets_cpu: 0.0,
+            reqs: BTreeMap::new(),
+            by_kind: BTreeMap::new(),
+            by_code: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            watches: BTreeMap::new(),
+            watches_gauge: 0.0,
+        }
+    }
+
+    /// Counts what the audit log says of the requests received in `[from, to)` (ns since the
+    /// epoch) and the watches open now.
+    pub async fn close(&mut self, cluster: &Cluster, audit: &mut AuditLog, from: i64, to: i64) {
+        // the log backend writes a record before the answer goes out: give the last ones a
+        // moment
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        audit.refresh(&cluster.audit_log);
+        for r in audit.window(from, to) {
+            let e = self.reqs.entry(r.who).or_default();
+            e.0 += 1;
+            e.1 += usize::from(r.quorum);
+            let k = self
+                .by_kind
+                .entry((r.who, r.verb.clone(), r.resource.clone()))
+                .or_default();
+            k.0 += 1;
+            k.1 += usize::from(r.quorum);
+            *self
+                .by_code
+                .entry((r.who, r.verb.clone(), r.resource.clone(), r.code))
+                .or_default() += 1;
+            if r.is_write() {
+                *self.writes.entry(r.who).or_default() += 1;
+            }
+        }
+        self.watches = audit.watches_open();
+        self.watches_gauge = watch_gauge(cluster).await;
+    }
+
+    /// Writes (create, update, patch, delete) received in the window from `who`.
+    pub fn writes(&self, who: Who) -> usize {
+        self.writes.get(&who).copied().unwrap_or(0)
+    }
+
     pub fn rate(&self, who: Who) -> (f64, f64) {
         let (a, q) = self.reqs.get(&who).copied().unwrap_or_default();
         (a as f64 / self.secs, q as f64 / self.secs)
@@ -80,7 +135,11 @@ pub async fn measure(name: &'static str, w: &mut Watched<'_>, len: Duration) -> 
     );
     let sum = |pids: &[u32]| pids.iter().map(|p| cpu_secs(*p)).sum::<f64>();
     let (kp, rp) = (w.kubelets.pids(), w.reaplets.pids());
-    println!("[{name}] measuring {} s ...", len.as_secs());
+    println!(
+        "[{name}] measuring {} s ... (load average {})",
+        len.as_secs(),
+        super::loadavg()
+    );
     let (c_api, c_etcd, c_k, c_r) = (cpu_secs(api), cpu_secs(etcd), sum(&kp), sum(&rp));
     let (t0, from) = (Instant::now(), now_ns());
     while t0.elapsed() < len {
@@ -92,33 +151,11 @@ pub async fn measure(name: &'static str, w: &mut Watched<'_>, len: Duration) -> 
         }
     }
     let (secs, to) = (t0.elapsed().as_secs_f64(), now_ns());
-    let mut win = Window {
-        name,
-        secs,
-        apiserver_cpu: cpu_secs(api) - c_api,
-        etcd_cpu: cpu_secs(etcd) - c_etcd,
-        kubelets_cpu: sum(&kp) - c_k,
-        reaplets_cpu: sum(&rp) - c_r,
-        reqs: BTreeMap::new(),
-        by_kind: BTreeMap::new(),
-        watches: BTreeMap::new(),
-        watches_gauge: 0.0,
-    };
-    // the log backend writes a record before the answer goes out: give the last ones a moment
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    w.audit.refresh(&w.cluster.audit_log);
-    for r in w.audit.window(from, to) {
-        let e = win.reqs.entry(r.who).or_default();
-        e.0 += 1;
-        e.1 += usize::from(r.quorum);
-        let k = win
-            .by_kind
-            .entry((r.who, r.verb.clone(), r.resource.clone()))
-            .or_default();
-        k.0 += 1;
-        k.1 += usize::from(r.quorum);
-    }
-    win.watches = w.audit.watches_open();
-    win.watches_gauge = watch_gauge(w.cluster).await;
+    let mut win = Window::new(name, secs);
+    win.apiserver_cpu = cpu_secs(api) - c_api;
+    win.etcd_cpu = cpu_secs(etcd) - c_etcd;
+    win.kubelets_cpu = sum(&kp) - c_k;
+    win.reaplets_cpu = sum(&rp) - c_r;
+    win.close(w.cluster, w.audit, from, to).await;
     Ok(win)
 }
