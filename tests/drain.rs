@@ -81,7 +81,7 @@ async fn bed(name: &str) -> (ApiHarness, ApiServer, std::path::PathBuf) {
     let api = h.api.handle();
     api.add_node(json!({"metadata": {"name": NODE},
         "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}));
-    h.start_agent().await;
+    h.start_primary_agent().await;
     let dir = h.root.path().join("admin");
     std::fs::create_dir_all(&dir).unwrap();
     let kc = api.write_kubeconfig_as(&dir, &User::Admin);

@@ -221,8 +221,9 @@ async fn story(identity: Identity, name: &str) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    // settled: its start-up requests are behind it
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // settled: its start-up requests are behind it (the node identity's Lease list is refused,
+    // and asked again once, FORBIDDEN_RECHECK later: a restarted server may refuse at first)
+    tokio::time::sleep(reaplet::standby::lease::FORBIDDEN_RECHECK + Duration::from_secs(5)).await;
 
     // 1. the idle window
     let from = reaplet::wall_ns();

@@ -260,6 +260,137 @@ async fn a_lease_watch_that_never_delivers_falls_back_to_reads() {
     stop(h, kubelet).await;
 }
 
+/// A `403` on the Lease list from an API server that has just restarted (its RBAC not yet
+/// loaded) is no proof that the identity may never watch: found by the fleet bench's restart
+/// (one reaplet of three gave up its watch for good). Before: reaplet fell back to reads for
+/// the life of the process. After: it asks again once, [`reaplet::standby::lease::FORBIDDEN_RECHECK`]
+/// later, and watches (a second `403` in a row is final: the node identity's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_list_refused_once_is_asked_again_and_watched() {
+    let (h, kubelet, refused) = beside_a_renewing_kubelet("sb-403-once", true, |api| {
+        api.inject(
+            FaultRule::answer(403)
+                .matching(Match::any().resource("leases").verb("list"))
+                .times(1),
+        )
+    })
+    .await;
+    let api = h.api.handle();
+    let watched = Match::any().resource("leases").watch(true);
+    wait_lease_request(&api, watched.clone(), Duration::from_secs(40)).await;
+    let w = lease_requests(&api, watched);
+    println!(
+        "the Lease list refused {} time(s): watched {:?} after the refusal",
+        api.fault_hits(refused),
+        w[0].at
+            .duration_since(lease_requests(&api, Match::any().verb("list"))[0].at)
+    );
+    stop(h, kubelet).await;
+}
+
+/// Review of issue 44: the Lease watch delivers the list and then stalls (held open, silent),
+/// the kubelet renews a while longer (seen by reads on demand) and dies, `healthzPort: 0`.
+/// Before: every look took the watch's old value again after the read's newer one, so each
+/// read of the last renewTime counted as a renewal: no takeover, ever. After: the takeover one
+/// threshold after the last renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_s_old_value_never_fakes_a_renewal() {
+    const THRESHOLD: Duration = Duration::from_secs(4);
+    const POLL: Duration = Duration::from_millis(500);
+    let mut h = ApiHarness::new("sb-stale-value").await;
+    let api = h.api.handle();
+    let mut kubelet = StandIn::new(api.handle(), NODE, POLL);
+    kubelet.start().await;
+    api.inject(
+        FaultRule::slow_body(None, Duration::from_secs(3600))
+            .matching(Match::any().resource("leases").watch(true)),
+    );
+    spawn_standby(&mut h, &User::Admin, None, THRESHOLD, POLL).await;
+    wait_lease_request(&api, Match::any().verb("list"), Duration::from_secs(30)).await;
+    // renewals seen by reads on demand only (the watch is silent)
+    tokio::time::sleep(3 * THRESHOLD).await;
+    assert!(
+        !lease_requests(&api, Match::any().verb("get")).is_empty(),
+        "the Lease was never read on demand"
+    );
+    assert_eq!(
+        node_events(&api, "ReapletTookOver"),
+        0,
+        "took over a renewing kubelet"
+    );
+    kubelet.stop().await;
+    let took = wait_node_event(
+        &api,
+        "ReapletTookOver",
+        0,
+        THRESHOLD
+            + reaplet::standby::lease::fresh_for(THRESHOLD)
+            + 6 * POLL
+            + Duration::from_secs(15),
+    )
+    .await;
+    println!(
+        "silent watch, the kubelet stopped: took over {took:?} later (threshold {THRESHOLD:?})"
+    );
+    api.clear_faults();
+    stop(h, kubelet).await;
+}
+
+/// Item 1 (standby's part), and the review after it: a Node under reaplet's name without its
+/// Lease (a kubelet registered under another name) and a kubelet answering its health
+/// endpoint: passive, and `reaplet_node_identity_problem{problem="lease_missing"}` stays 1 for
+/// as long as that lasts. Before: the loop's first look replaced the start's warning within
+/// milliseconds and the gauge went back to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_its_lease_is_said_for_as_long_as_it_lasts() {
+    const POLL: Duration = Duration::from_millis(500);
+    let mut h = ApiHarness::new("sb-no-lease").await;
+    let api = h.api.handle();
+    api.add_node(serde_json::json!({ "metadata": { "name": NODE } }));
+    let port = common::port::free_port();
+    let healthz = serve_healthz(port).await;
+    let metrics = std::sync::Arc::new(reaplet::metrics::Metrics::new());
+    let kc = api.write_kubeconfig_as(h.root.path(), &User::Node(NODE.into()));
+    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+    cfg.authority = AuthoritySetting::Auto;
+    cfg.kubelet_healthz_url = Some(format!("http://127.0.0.1:{port}/healthz"));
+    cfg.standby_poll = POLL;
+    cfg.metrics = Some(metrics.clone());
+    let cancel = h.cancel.clone();
+    h.agent = Some(tokio::spawn(async move {
+        reaplet::agent::run(cfg, cancel).await.unwrap();
+    }));
+    let gauge = || {
+        let text = metrics.encode(reaplet::metrics::Exposition::Prometheus);
+        text.lines()
+            .find(|l| l.starts_with("reaplet_node_identity_problem{problem=\"lease_missing\"}"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let t0 = Instant::now();
+    while !gauge().ends_with(" 1") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never raised: {}",
+            gauge()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let raised = Instant::now();
+    while raised.elapsed() < 20 * POLL {
+        assert!(
+            gauge().ends_with(" 1"),
+            "cleared {:?} after it was raised, the Node still without its Lease: {}",
+            raised.elapsed(),
+            gauge()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(node_events(&api, "ReapletTookOver"), 0);
+    healthz.abort();
+    h.stop_agent().await;
+}
+
 /// Item 2: the kubelet gone (no renewal, nothing on its endpoint), the node identity (reads
 /// on demand, served from the watch cache) and the consistent read of the Lease failing
 /// (`500` on a GET without `resourceVersion`). Before: takeover one threshold after the last

@@ -19,7 +19,8 @@
 //!   nothing is a failure and backs off (client-go's reflector: "very short watch").
 //! * **reads on demand**: the Node authorizer lets a node identity get its own Lease but not
 //!   list or watch it (apiserver facts 8.5: `403`), so with the node's own credentials (the
-//!   default, and the DaemonSet) the list is refused and reaplet falls back to a GET served
+//!   default, and the DaemonSet) the list is refused (twice in a row, [`FORBIDDEN_RECHECK`]
+//!   apart: a restarted server may refuse before its RBAC is loaded) and reaplet falls back to a GET served
 //!   from the watch cache (`resourceVersion=0`, never a quorum read), made only when the
 //!   decision needs the Lease: while the kubelet's health endpoint fails, while reaplet is
 //!   active (to see the renewal that hands back), or, with the endpoint disabled, once per
@@ -62,6 +63,11 @@ pub const KUBELET_RENEWAL: Duration = Duration::from_secs(10);
 /// A watch that has sent nothing (no event, no bookmark: the server sends one about every
 /// 60 s, apiserver facts 7.6) for this long is taken for dead and started again.
 pub const WATCH_IDLE: Duration = Duration::from_secs(90);
+/// After a `403` on the Lease list or watch, the list is asked again once this much later
+/// (reads on demand meanwhile): a server that has just restarted may refuse before its RBAC is
+/// loaded. A second `403` in a row is final (the node identity's, which may never list its
+/// Lease: one more request per node and process start).
+pub const FORBIDDEN_RECHECK: Duration = Duration::from_secs(10);
 /// A watch that ends sooner than this having delivered nothing failed (client-go's reflector:
 /// "very short watch"): it backs off instead of being opened again at once.
 pub const SHORT_WATCH: Duration = Duration::from_secs(1);
@@ -158,8 +164,14 @@ impl Renewals {
         self.current
     }
 
-    /// The Lease as seen at `at`.
+    /// The Lease as seen at `at`. A look older than one already taken (the watch's last value,
+    /// looked at again after a newer read) tells nothing new: it changes nothing, so that an old
+    /// `renewTime` never undoes a newer one (which would make the newer one a "renewal" at
+    /// every later look).
     pub fn observe(&mut self, at: Instant, look: &Look) {
+        if self.current.is_some_and(|c| at < c) {
+            return;
+        }
         let continuous = self
             .current
             .is_some_and(|c| at.saturating_duration_since(c) <= self.credit);
@@ -253,6 +265,8 @@ pub async fn follow(
     // reset only after two quiet minutes, never by an event (client-go's reflector)
     let mut backoff = Backoff::resetting_after(Policy::API, STABLE_RESET);
     let mut failing = false;
+    // 403s in a row (a list that works ends the run)
+    let mut refusals = 0u32;
     loop {
         let lp = ListParams::default().fields(&leases.selector()).match_any();
         let listed = tokio::select! {
@@ -263,13 +277,16 @@ pub async fn follow(
             Ok(list) => {
                 health.answered();
                 health.credentials(false);
+                refusals = 0;
                 let v = list.metadata.resource_version.clone().unwrap_or_default();
                 (v, Look::of(list.items.first()))
             }
             Err(e) if e.code() == Some(403) => {
-                tracing::info!(err = %e, "node Lease: this identity may not watch it; reading it from the API server's cache when the kubelet's health needs it");
-                tx.send_replace(Watched::Forbidden);
-                return;
+                if !refused(&tx, &mut refusals, &cancel).await {
+                    tracing::info!(err = %e, "node Lease: this identity may not watch it; reading it from the API server's cache when the kubelet's health needs it");
+                    return;
+                }
+                continue;
             }
             Err(e) => {
                 let f = e.failure();
@@ -314,8 +331,13 @@ pub async fn follow(
                 }
                 WatchEnd::Cancelled => return,
                 WatchEnd::Forbidden => {
-                    tx.send_replace(Watched::Forbidden);
-                    return;
+                    if !refused(&tx, &mut refusals, &cancel).await {
+                        tracing::info!(
+                            "node Lease: this identity may not watch it; reading it from the API server's cache when the kubelet's health needs it"
+                        );
+                        return;
+                    }
+                    break;
                 }
                 WatchEnd::Failed(f) => {
                     if !std::mem::replace(&mut failing, true) {
@@ -415,6 +437,25 @@ async fn watch_once(
                 return WatchEnd::Relist;
             }
         }
+    }
+}
+
+/// A `403` on the list or the watch: reads on demand from now ([`Watched::Forbidden`]); true
+/// when the list is to be asked again ([`FORBIDDEN_RECHECK`] later; the first refusal in a
+/// row), false when the refusal is final or the follower is cancelled.
+async fn refused(
+    tx: &watch::Sender<Watched>,
+    refusals: &mut u32,
+    cancel: &CancellationToken,
+) -> bool {
+    tx.send_replace(Watched::Forbidden);
+    *refusals += 1;
+    if *refusals > 1 {
+        return false;
+    }
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(FORBIDDEN_RECHECK) => true,
     }
 }
 
@@ -527,6 +568,32 @@ mod tests {
         assert_eq!(r.renewed(), start - age, "the same renewTime");
         r.observe(start + Duration::from_secs(2), &look("b", 0));
         assert_eq!(r.renewed(), start + Duration::from_secs(2));
+    }
+
+    /// Review of issue 44: a stalled watch's old value, looked at again after a newer read,
+    /// must not set the renewal seen back, or the next read's newer `renewTime` counts as a
+    /// renewal every time (before: renewed at +32 s and at every read after, so a dead kubelet
+    /// was never taken over).
+    #[test]
+    fn an_older_look_seen_again_is_no_renewal_and_never_undoes_a_newer_one() {
+        let start = Instant::now();
+        let mut r = Renewals::new(start, T);
+        // the watch delivered A at the start, then stalled
+        r.observe(start, &look("A", 0));
+        // a read on demand 30 s later sees C (the kubelet's last renewal, then it died)
+        let c_at = start + Duration::from_secs(30);
+        r.observe(c_at, &look("C", 5));
+        let renewed = r.renewed();
+        // every look after that: the watch's old A again, then another read of C
+        for i in 0..10u64 {
+            r.observe(start, &look("A", 0));
+            r.observe(
+                c_at + Duration::from_secs(2 * (i + 1)),
+                &look("C", 7 + 2 * i),
+            );
+        }
+        assert_eq!(r.renewed(), renewed, "C seen again is no renewal");
+        assert_eq!(r.renew_time(), Some("C"));
     }
 
     #[test]

@@ -278,6 +278,9 @@ pub async fn run(
     };
     let mut backoff = crate::backoff::Backoff::new(policy);
     let mut proof_backoff = crate::backoff::Backoff::new(policy);
+    // the last proof that did not hold (kept until the next try)
+    let mut unproved: Option<Proof> = None;
+    let mut start_problem = first.reason.identity_problem().map(|_| first.reason);
     let fresh = lease::fresh_for(cfg.takeover_after);
     let mut lease_failing = false;
     let mut failed_probes: u32 = 0;
@@ -375,10 +378,22 @@ pub async fn run(
             signals(&renewals),
             active_since,
         );
-        if d.role == Role::Active && active_since.is_none() {
-            // a takeover: proved first by a consistent read of the Lease, then the Node
+        // resuming without an endpoint to probe: the Lease alone, so a whole renewal period of
+        // reading it first (a kubelet restarted with reaplet renews within it)
+        let resume_early = resuming.is_some()
+            && health == Health::Disabled
+            && start.elapsed() < cfg.takeover_after / 4;
+        if d.role == Role::Active && active_since.is_none() && resume_early {
+            d = Decision {
+                role: Role::Passive,
+                reason: Reason::ResumingAfterRestart,
+                ..d
+            };
+        } else if d.role == Role::Active && active_since.is_none() {
+            // a takeover: proved first by a consistent read of the Lease, then the Node; while
+            // the next try is not due, what the last one found stands
             let proof = match Instant::now() >= proof_due {
-                false => Proof::Failed,
+                false => unproved.unwrap_or(Proof::Failed),
                 true => match leases.read_latest().await {
                     Err(e) => {
                         tracing::debug!(err = %e, "node Lease: consistent read failed");
@@ -413,8 +428,24 @@ pub async fn run(
                 // tried and not proved: not again before the backoff (a quorum read each time)
                 let f = crate::backoff::Failure::Answered { retry_after: None };
                 proof_due = Instant::now() + proof_backoff.failed(f, rand::random());
+                unproved = Some(proof);
             } else if proof == Proof::Holds {
                 proof_backoff.succeeded();
+                unproved = None;
+            }
+        } else if d.role == Role::Passive && active_since.is_none() {
+            // no takeover wanted: an old failed proof delays no later one
+            proof_backoff.succeeded();
+            proof_due = proof_due.min(Instant::now());
+            unproved = None;
+        }
+        // the start found the node's name wrong (a Node without its Lease, no Node while a
+        // kubelet answers): said for as long as no Lease appears, not only for the first look
+        if let Some(r) = start_problem {
+            match renewals.renew_time() {
+                Some(_) => start_problem = None,
+                None if d.role == Role::Passive => d.reason = r,
+                None => {}
             }
         }
         // resuming, and the kubelet renewed since: nothing carries over any more

@@ -49,9 +49,16 @@ impl ApiHarness {
 
     /// Starts the agent in this process, connected as its node; does not wait for it.
     pub async fn spawn_agent(&mut self) {
+        self.spawn_agent_as(reaplet::standby::AuthoritySetting::Auto)
+            .await;
+    }
+
+    /// [`Self::spawn_agent`] with `--authority`.
+    pub async fn spawn_agent_as(&mut self, authority: reaplet::standby::AuthoritySetting) {
         let kc = self.api.write_kubeconfig(self.root.path(), NODE);
         let kube = reaplet::api::client_config(Some(&kc)).await.unwrap();
-        let cfg = self.config(Some(kube));
+        let mut cfg = self.config(Some(kube));
+        cfg.authority = authority;
         let cancel = self.cancel.clone();
         self.agent = Some(tokio::spawn(async move {
             reaplet::agent::run(cfg, cancel).await.unwrap();
@@ -61,6 +68,15 @@ impl ApiHarness {
     /// Runs the agent in this process, and waits until it watches pods.
     pub async fn start_agent(&mut self) {
         self.spawn_agent().await;
+        self.wait_watching(0).await;
+    }
+
+    /// Runs the agent in this process as the node's only agent (`--authority=primary`: a bed
+    /// with a Node object and no Lease is, in auto mode, a kubelet registered under another
+    /// name, and reaplet stands by), and waits until it watches pods.
+    pub async fn start_primary_agent(&mut self) {
+        self.spawn_agent_as(reaplet::standby::AuthoritySetting::Primary)
+            .await;
         self.wait_watching(0).await;
     }
 
