@@ -435,15 +435,19 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         let client = api::client::client(kc.clone()).map_err(AgentError::Api)?;
         // the prober's: a new connection for each probe (issue 44)
         let fresh = api::client::fresh_connections(kc).map_err(AgentError::Api)?;
-        // an orphan is ended only once a read confirms its object gone (issue 44)
-        workers.set_orphan_lookup(
-            Box::new(crate::workers::ApiLookup::new(client.clone())),
-            &cfg.node_name,
-        );
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
         api_health = Some(health.clone());
         tracker.spawn(api::health::probe(health.clone(), fresh, cancel.clone()));
+        // an orphan is ended only once a read confirms its object gone (issue 44); no read
+        // while the API server is unreachable
+        workers.set_orphan_lookup(
+            Box::new(crate::workers::ApiLookup::new(
+                client.clone(),
+                health.clone(),
+            )),
+            &cfg.node_name,
+        );
         shutdown.node = Some(Arc::new(crate::shutdown::node::NodeReady::new(
             client.clone(),
             &cfg.node_name,

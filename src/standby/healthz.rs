@@ -143,8 +143,11 @@ mod tests {
     use tokio::net::TcpListener;
 
     /// The probe's timeout in these tests: the verdict on a listener that never answers comes
-    /// at this bound, never at twice it (one timeout per address tried would double it).
-    const TIMEOUT: Duration = Duration::from_millis(500);
+    /// at this bound, never at twice it (one timeout per address tried would double it). Real
+    /// time (real sockets): long enough that a refused connect, or the slack between one
+    /// timeout and two, holds on a loaded 2-core machine (the scheduler may well lose a few
+    /// hundred milliseconds there, which made 500 ms flaky).
+    const TIMEOUT: Duration = Duration::from_millis(2500);
 
     /// The URL standby probes for the kubelet's `healthzBindAddress` and `healthzPort`, made
     /// by the configuration as from an operator's settings.

@@ -3,7 +3,7 @@
 //! orphan is ended only once its object is read gone; an object bound to another node ends
 //! nothing, is said once and fails readiness until it is over; a passive agent reads nothing.
 
-use super::confirm::{LookupError, ObjectLookup, RECHECK, Stored};
+use super::confirm::{LookupError, ObjectLookup, READ_BUDGET, RECHECK, Stored};
 use super::judge_tests::relists_over;
 use super::tests::{Rig, rig};
 use crate::cri::fake::Behaviour;
@@ -20,6 +20,8 @@ use std::time::Duration;
 struct Cache {
     objects: Mutex<HashMap<String, Result<Option<Stored>, LookupError>>>,
     reads: Mutex<Vec<String>>,
+    /// How long each read takes to answer.
+    delay: Mutex<Duration>,
 }
 
 impl Cache {
@@ -59,7 +61,11 @@ impl ObjectLookup for Shared {
             .get(&key)
             .cloned()
             .unwrap_or(Ok(None));
-        Box::pin(async move { answer })
+        let delay = *self.0.delay.lock().unwrap();
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            answer
+        })
     }
 }
 
@@ -226,4 +232,46 @@ async fn a_dead_pods_sandbox_is_removed_only_once_its_object_is_gone() {
     relists_over(&r, RECHECK + Duration::from_secs(2)).await;
     assert_eq!(sandboxes(&r).await, Vec::<String>::new());
     assert!(r.workers.identity_problem().is_none());
+}
+
+/// The review's scenario (issue 44): after a takeover 20 pods the API deleted are left in the
+/// runtime, and the API server is in a brownout (every read waits its whole request timeout).
+/// The housekeeping loop keeps relisting: no gap between relists longer than a period plus the
+/// read budget, so the runtime is never taken for stalled (over twice its threshold); no pod is
+/// ended on a read that did not answer.
+#[tokio::test(start_paused = true)]
+async fn a_slow_api_neither_holds_the_relists_nor_stalls_the_runtime() {
+    let uids: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
+    let (r, cache, _) = confirming(&uids);
+    *cache.delay.lock().unwrap() = crate::api::REQUEST_TIMEOUT;
+    let cfg = r.workers.inner.config.clone();
+    let window = cfg.runtime_unhealthy_after * 2;
+    let t0 = tokio::time::Instant::now();
+    let task = tokio::spawn(r.workers.clone().run_housekeeping());
+    let mut stalled = None;
+    while t0.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(s) = r.workers.runtime_stall() {
+            stalled.get_or_insert((t0.elapsed(), s));
+        }
+    }
+    r.cancel.cancel();
+    let _ = task.await;
+    assert!(stalled.is_none(), "runtime taken for stalled: {stalled:?}");
+    let at: Vec<Duration> = r.rt.relists().iter().map(|t| *t - t0).collect();
+    let gap = at
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .chain(at.last().map(|l| window - *l))
+        .max()
+        .unwrap();
+    assert!(
+        gap <= cfg.relist_period + READ_BUDGET + Duration::from_secs(1),
+        "{gap:?} without a relist: {at:?}"
+    );
+    for uid in &uids {
+        assert_eq!(stops(&r, uid), 0, "{uid}: ended on no answer");
+    }
+    assert!(!cache.reads.lock().unwrap().is_empty());
 }

@@ -10,7 +10,9 @@
 //! Invariants:
 //! * the loop never blocks on the runtime: it waits for the next relist and polls each pass
 //!   beside its beat timer, beating every [`BEAT`]; a relist's two lists are bounded by
-//!   [`relist_deadline`], the rest of a pass by each call's request timeout, and every
+//!   [`relist_deadline`], the orphan confirmation's API reads together by
+//!   [`super::confirm::READ_BUDGET`] (a slow API server must not hold the relists and get the
+//!   runtime taken for stalled), the rest of a pass by each call's request timeout, and every
 //!   relist's outcome is told to the runtime's health;
 //! * a runtime pod unknown to every source is an orphan only if it predates every source's
 //!   last complete list, as of when that list was asked for (a newer one may simply not have
