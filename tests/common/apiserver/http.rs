@@ -81,6 +81,19 @@ pub fn parse_query(q: &str) -> HashMap<String, String> {
 /// `RequestInfo`: group, resource, namespace, name, subresource and verb of a path.
 pub fn request_info(method: &str, path: &str, query: &HashMap<String, String>) -> Option<Attrs> {
     let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // the one non-resource URL a node agent asks (`system:public-info-viewer`: every identity
+    // may read it): verb `get`, no resource, so that fault rules match it as they match the rest
+    if seg == ["version"] && method == "GET" {
+        return Some(Attrs {
+            verb: "get".into(),
+            group: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            field_selector: None,
+        });
+    }
     let (group, rest) = match seg.as_slice() {
         ["api", "v1", rest @ ..] => ("", rest),
         ["apis", group, _version, rest @ ..] => (*group, rest),
@@ -262,6 +275,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
 
 async fn route(state: &Arc<State>, req: &Req) -> Reply {
     let a = &req.attrs;
+    if req.path == "/version" {
+        return reply::version();
+    }
     if let Err(r) = authorization::authorize(&req.user, a, &state.lock()) {
         return r;
     }

@@ -187,6 +187,20 @@ pub fn unsupported_media_type(patch: bool) -> Reply {
     )
 }
 
+/// `GET /version`: `200` with the server's version, as kube-apiserver answers every
+/// authenticated identity (credentials it refuses get the `401` of authentication first).
+pub fn version() -> Reply {
+    respond(
+        200,
+        &json!({
+            "major": "1", "minor": "36", "emulationMajor": "1", "emulationMinor": "36",
+            "minCompatibilityMajor": "1", "minCompatibilityMinor": "35",
+            "gitVersion": "v1.36.5", "gitTreeState": "clean", "compiler": "gc",
+            "platform": "linux/amd64",
+        }),
+    )
+}
+
 /// 404 for a path the server does not serve.
 pub fn no_route(method: &str, path: &str) -> Reply {
     respond(
