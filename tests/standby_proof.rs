@@ -391,6 +391,47 @@ async fn a_node_without_its_lease_is_said_for_as_long_as_it_lasts() {
     h.stop_agent().await;
 }
 
+/// The watch's news lasts for the kubelet's renewal period (10 s, whatever `takeoverAfter`)
+/// plus slack. With `takeoverAfter: 20s` (the shortest accepted) and `healthzPort: 0`, a
+/// watch that delivers every renewal needs no read at all. Before: the news lasted 3/8 of the
+/// threshold (7.5 s), lapsed before every renewal, and reaplet read the Lease from the cache
+/// every few seconds on every such node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_delivers_every_renewal_needs_no_read_at_the_shortest_threshold() {
+    const WINDOW: Duration = Duration::from_secs(60);
+    let mut h = ApiHarness::new("sb-short-threshold").await;
+    let api = h.api.handle();
+    let mut kubelet = StandIn::new(api.handle(), NODE, RENEWAL);
+    kubelet.start().await;
+    spawn_standby(
+        &mut h,
+        &User::Admin,
+        None,
+        Duration::from_secs(20),
+        Duration::from_secs(2),
+    )
+    .await;
+    let watched = Match::any().resource("leases").watch(true);
+    wait_lease_request(&api, watched, Duration::from_secs(30)).await;
+    let t0 = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let reads: Vec<String> = lease_requests(&api, Match::any().verb("get"))
+        .iter()
+        .filter(|r| r.at >= t0)
+        .map(|r| format!("{} {:?}", r.path, r.query))
+        .collect();
+    println!(
+        "takeoverAfter 20 s, healthzPort 0, the Lease watched: {} reads in {WINDOW:?}",
+        reads.len()
+    );
+    assert!(
+        reads.is_empty(),
+        "Lease reads beside a watch that delivers: {reads:?}"
+    );
+    assert_eq!(node_events(&api, "ReapletTookOver"), 0);
+    stop(h, kubelet).await;
+}
+
 /// Item 2: the kubelet gone (no renewal, nothing on its endpoint), the node identity (reads
 /// on demand, served from the watch cache) and the consistent read of the Lease failing
 /// (`500` on a GET without `resourceVersion`). Before: takeover one threshold after the last

@@ -24,7 +24,7 @@
 //!   from the watch cache (`resourceVersion=0`, never a quorum read), made only when the
 //!   decision needs the Lease: while the kubelet's health endpoint fails, while reaplet is
 //!   active (to see the renewal that hands back), or, with the endpoint disabled, once per
-//!   quarter threshold. Beside a kubelet that answers `/healthz` this costs nothing at all.
+//!   renewal period ([`renewal_period`]). Beside a kubelet that answers `/healthz` this costs nothing at all.
 //!   The watch path falls back to the same reads while its news is older than [`fresh_for`].
 //!
 //! Neither is proof enough for a takeover: both may be served by a watch cache that lags
@@ -36,7 +36,7 @@
 //!
 //! A renewal is a change of `renewTime` seen by reaplet, dated on its monotonic clock (see the
 //! module doc of [`super`]). While the Lease is followed continuously (a current watch, or reads
-//! no further apart than a quarter of the threshold), a change is dated when it is seen. After
+//! no further apart than one [`renewal_period`]), a change is dated when it is seen. After
 //! a gap (reads on demand start when the kubelet's endpoint first fails), a changed
 //! `renewTime` is dated back by its wall-clock age, but never by more than the kubelet's
 //! renewal period ([`KUBELET_RENEWAL`], 10 s; half the threshold if that is less): a skewed
@@ -72,12 +72,21 @@ pub const FORBIDDEN_RECHECK: Duration = Duration::from_secs(10);
 /// "very short watch"): it backs off instead of being opened again at once.
 pub const SHORT_WATCH: Duration = Duration::from_secs(1);
 
+/// The kubelet's renewal period as reaplet counts on it for the takeover `threshold`:
+/// [`KUBELET_RENEWAL`] (the kubelet renews every 10 s whatever reaplet's threshold), or half
+/// the threshold below 20 s (only tests scale the threshold down, with their stand-in's
+/// renewals). The one period behind [`fresh_for`], the reads on demand and the credit a change
+/// seen after a gap gets.
+pub fn renewal_period(threshold: Duration) -> Duration {
+    KUBELET_RENEWAL.min(threshold / 2)
+}
+
 /// How long a look at the Lease (a read, or the last thing the watch delivered) tells what it
-/// is, for the takeover `threshold`: the kubelet's renewal period (a quarter of the threshold,
-/// 10 s by default) plus half of that as slack for a renewal's latency. A live kubelet's watch
-/// delivers a renewal within it; past it the Lease is unknown.
+/// is: one [`renewal_period`] plus half of one as slack for a renewal's latency (15 s). A live
+/// kubelet's watch delivers a renewal within it; past it the Lease is unknown.
 pub fn fresh_for(threshold: Duration) -> Duration {
-    threshold / 4 + threshold / 8
+    let renewal = renewal_period(threshold);
+    renewal + renewal / 2
 }
 
 /// The Lease's `renewTime` (RFC 3339 with microseconds) as a string, to compare for change.
@@ -135,7 +144,7 @@ impl Renewals {
             seen: None,
             renewed: start,
             current: None,
-            credit: KUBELET_RENEWAL.min(threshold / 2),
+            credit: renewal_period(threshold),
         }
     }
 
@@ -551,10 +560,9 @@ mod tests {
     #[test]
     fn a_look_tells_the_lease_for_a_renewal_period_and_half_of_one() {
         assert_eq!(fresh_for(T), Duration::from_secs(15));
-        assert_eq!(
-            fresh_for(Duration::from_secs(4)),
-            Duration::from_millis(1500)
-        );
+        // the kubelet renews every 10 s whatever the threshold: the shortest accepted too
+        assert_eq!(fresh_for(Duration::from_secs(20)), Duration::from_secs(15));
+        assert_eq!(fresh_for(Duration::from_secs(4)), Duration::from_secs(3));
     }
 
     #[test]

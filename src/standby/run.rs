@@ -196,7 +196,8 @@ pub const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Whether a look must read the Lease (reads on demand, see [`super::lease`]): while the
 /// endpoint fails, while active (the renewal that hands back), and, with the endpoint
-/// disabled, when the last read is a quarter threshold old (the Lease alone decides then).
+/// disabled, when the last read is one [`lease::renewal_period`] old (the Lease alone decides
+/// then).
 pub fn read_needed(
     health: Health,
     active: bool,
@@ -208,7 +209,10 @@ pub fn read_needed(
         Health::Failed | Health::Gone => true,
         Health::Ok => active,
         Health::Disabled => {
-            active || read.is_none_or(|r| now.saturating_duration_since(r) >= threshold / 4)
+            active
+                || read.is_none_or(|r| {
+                    now.saturating_duration_since(r) >= lease::renewal_period(threshold)
+                })
         }
     }
 }
@@ -382,7 +386,7 @@ pub async fn run(
         // reading it first (a kubelet restarted with reaplet renews within it)
         let resume_early = resuming.is_some()
             && health == Health::Disabled
-            && start.elapsed() < cfg.takeover_after / 4;
+            && start.elapsed() < lease::renewal_period(cfg.takeover_after);
         if d.role == Role::Active && active_since.is_none() && resume_early {
             d = Decision {
                 role: Role::Passive,
