@@ -434,7 +434,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     if let Some(kc) = cfg.kube.clone() {
         let client = api::client::client(kc.clone()).map_err(AgentError::Api)?;
         // the prober's: a new connection for each probe (issue 44)
-        let fresh = api::client::fresh_connections(kc).map_err(AgentError::Api)?;
+        let fresh = api::client::fresh_connections(kc.clone()).map_err(AgentError::Api)?;
         // one view of the API server's reachability for every caller, and its prober
         let health = api::health::ApiHealth::new();
         api_health = Some(health.clone());
@@ -533,8 +533,11 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         } else {
             None
         };
+        // the pod watch on a pool of its own: a watch restarted after its path went silent
+        // never lands on another request's pooled connection (api::client::POOL_IDLE)
+        let watch_client = api::client::watch_client(kc.clone()).map_err(AgentError::Api)?;
         source_end = Some(tracker.spawn(api::source::run(
-            client,
+            watch_client,
             cfg.node_name.clone(),
             workers.clone(),
             Some(status),

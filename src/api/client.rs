@@ -47,18 +47,19 @@ pub const KEEPALIVE_PROBES: u32 = 3;
 pub const USER_TIMEOUT: Duration = Duration::from_secs(20);
 const _: () = assert!(USER_TIMEOUT.as_nanos() < super::REQUEST_TIMEOUT.as_nanos());
 
-/// A connection idle in the pool this long is closed rather than used again (hyper's default:
-/// 90 s). A path can also go silent above TCP (a proxy or a load balancer that keeps the
-/// connection and stops forwarding on it), which keepalive cannot see: the pod watch's idle
-/// check then starts a new watch ([`super::source::WATCH_TIMEOUT`]), at least 5 s after the
-/// silence began; a connection idle since before then is expired by that time, so the new
-/// watch never lands on one that went silent with the old.
-pub const POOL_IDLE: Duration = Duration::from_secs(4);
+/// A connection idle in the pool this long is closed rather than used again: client-go's
+/// `IdleConnTimeout` (and hyper's default), so requests seconds apart share one connection.
+/// A path can also go silent above TCP (a proxy or a load balancer that keeps the connection
+/// and stops forwarding on it), which keepalive cannot see: the pod watch has a client of its
+/// own ([`watch_client`]), whose only connection is the watch's, so the new watch its idle
+/// check starts ([`super::source::WATCH_TIMEOUT`]) opens a new connection instead of landing on
+/// a pooled one that went silent with the old.
+pub const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// How a client keeps its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pool {
-    /// Kept for [`POOL_IDLE`] and used again.
+    /// Kept for [`POOL_IDLE`] and used again (each client its own pool).
     Shared,
     /// Closed after each answer: every request opens a new connection.
     None,
@@ -67,6 +68,11 @@ enum Pool {
 /// The API client for `config`: kube-rs's stack on a connector with TCP_NODELAY, keepalive
 /// and the user timeout.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    build(config, Pool::Shared)
+}
+
+/// The pod watch's client: the same stack with a pool of its own (see [`POOL_IDLE`]).
+pub fn watch_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     build(config, Pool::Shared)
 }
 
@@ -238,5 +244,66 @@ mod tests {
         let theirs = of_connection(|c| kube::Client::try_from(c).unwrap(), liveness).await;
         assert!(!theirs.keepalive, "{theirs:?}");
         assert_eq!(theirs.user_timeout, Duration::ZERO, "{theirs:?}");
+    }
+
+    /// A server answering `/version` on every connection it accepts, any number of requests
+    /// each; sends the client's port of each connection accepted.
+    async fn keep_alive_server() -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<u16>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, peer) = listener.accept().await.unwrap();
+                let _ = tx.send(peer.port());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 1024];
+                        let Ok(n) = conn.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let body = r#"{"major":"1","minor":"36"}"#;
+                            let answer = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if conn.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    /// Requests a few seconds apart share one connection, as client-go's (idle connections kept
+    /// 90 s): a sparse request is no new TCP and TLS handshake. Before: idle connections were
+    /// dropped after 4 s (for the pod watch's sake, which now has a client of its own), so a
+    /// standby reading its Lease every 10 s (`healthzPort: 0`) made a handshake each time.
+    #[tokio::test]
+    async fn requests_seconds_apart_share_one_connection() {
+        let (addr, mut ports) = keep_alive_server().await;
+        let client = client(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+        for _ in 0..2 {
+            client.apiserver_version().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let first = ports.recv().await.unwrap();
+        assert!(
+            ports.try_recv().is_err(),
+            "a second connection for a request 5 s after the first (the first from port {first})"
+        );
     }
 }
