@@ -37,8 +37,8 @@
 //!   (the probe's timeout is longer than the connect timeout, so a connection was made);
 //! * while unreachable the agent's attempts are the prober's (one per [`PROBE_PERIOD`] range)
 //!   plus at most one per caller that was already in flight or woke on a stale answer; while
-//!   reachable the prober asks only after a slow failure (at most one probe in flight, those
-//!   reported meanwhile folded into one more) and while credentials are latched;
+//!   reachable the prober asks only after a slow failure (at most one probe per
+//!   [`SLOW_PROBE_GAP`]) and while credentials are latched;
 //! * waiting here never holds a lock: the state is a `tokio::sync::watch` value, the latch a
 //!   mutex held for an assignment.
 
@@ -63,6 +63,11 @@ const _: () = assert!(PROBE_TIMEOUT.as_nanos() > super::CONNECT_TIMEOUT.as_nanos
 /// While credentials are latched refused, the prober asks again this often (one `GET
 /// /version` on a new connection: nothing while none is refused).
 pub const CREDENTIALS_RECHECK: Duration = Duration::from_secs(10);
+
+/// After a slow failure's probe, further slow failures within this long ask nothing more: a
+/// brownout makes every caller time out, and one new connection per gap tells as much as one
+/// per slow request.
+pub const SLOW_PROBE_GAP: Duration = Duration::from_secs(15);
 
 /// A refusal this long after the last one starts a new spell (and a spell with none for this
 /// long is over): twice the longest retry of a caller that reports refusals (the Lease list's
@@ -99,6 +104,8 @@ pub struct ApiHealth {
     latch: Arc<std::sync::Mutex<Latch>>,
     /// Wakes the prober: a request timed out, or a refusal was latched.
     ask: Arc<Notify>,
+    /// When a slow failure last woke the prober (see [`SLOW_PROBE_GAP`]).
+    slow_asked: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Default for ApiHealth {
@@ -114,6 +121,7 @@ impl ApiHealth {
             state: Arc::new(watch::Sender::new(Reach::Reachable)),
             latch: Arc::default(),
             ask: Arc::new(Notify::new()),
+            slow_asked: Arc::default(),
         }
     }
 
@@ -196,12 +204,27 @@ impl ApiHealth {
     }
 
     /// Reports a request's failure: [`Failure::NoAnswer`] marks the server unreachable, an
-    /// answered one reachable, a slow one has the prober try a new connection at once.
+    /// answered one reachable, a slow one has the prober try a new connection at once (at most
+    /// once per [`SLOW_PROBE_GAP`]).
     pub fn failed(&self, f: Failure) {
         match f {
             Failure::NoAnswer => self.no_answer(),
             Failure::Answered { .. } => self.answered(),
-            Failure::Slow => self.ask.notify_one(),
+            Failure::Slow => {
+                let now = Instant::now();
+                let due = {
+                    let mut last = self.slow_asked.lock().unwrap_or_else(|e| e.into_inner());
+                    let due =
+                        last.is_none_or(|t| now.saturating_duration_since(t) >= SLOW_PROBE_GAP);
+                    if due {
+                        *last = Some(now);
+                    }
+                    due
+                };
+                if due {
+                    self.ask.notify_one();
+                }
+            }
         }
     }
 

@@ -208,6 +208,28 @@ async fn the_prober_asks_only_after_a_slow_failure_and_a_slow_server_stays_reach
     cancel.cancel();
 }
 
+/// A brownout: requests time out all along (a slow failure every 5 s for two minutes). The
+/// prober tries a new connection at most once per [`SLOW_PROBE_GAP`]: a server that connects
+/// and is slow is not handshaken with again for every request it was slow on. Before: one new
+/// connection for every slow failure (24 in the two minutes).
+#[tokio::test(start_paused = true)]
+async fn a_brownout_costs_one_new_connection_per_gap_not_one_per_slow_request() {
+    let h = ApiHealth::new();
+    let (asks, cancel) = prober(&h, Probed::Slow);
+    for _ in 0..24 {
+        h.failed(Failure::Slow);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let bound = (120 / SLOW_PROBE_GAP.as_secs() + 1) as u32;
+    assert!(
+        (1..=bound).contains(&count(&asks)),
+        "{} new connections for 24 slow requests in 120 s (at most {bound})",
+        count(&asks)
+    );
+    assert!(h.is_reachable());
+    cancel.cancel();
+}
+
 #[tokio::test(start_paused = true)]
 async fn waiters_wake_at_once_on_the_first_answer() {
     let h = ApiHealth::new();
