@@ -83,10 +83,10 @@ pub fn node_identity(s: &Settings) -> Result<(String, NameFrom), HostNameError> 
     }
 }
 
-/// The start-up line of the node's name and where it came from, and one line for each part
-/// of the credentials that could not be read.
+/// The start-up line of the node's name and where it came from, and a line for the part of
+/// the credentials that could not be read, if any.
 fn log_node_name(s: &Settings, name: &str, from: NameFrom) {
-    for note in &s.node_from_credentials.notes {
+    if let Some(note) = &s.node_from_credentials.problem {
         tracing::warn!(target: LOG_TARGET, why = %note, "no node name read from the API credentials");
     }
     let detail = s

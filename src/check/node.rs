@@ -70,7 +70,7 @@ pub fn judge(
         .as_ref()
         .map_or(String::new(), |c| format!(": {c}"));
     let mut named = format!("{node} (from the {}{detail})", from.as_str());
-    for note in &settings.node_from_credentials.notes {
+    if let Some(note) = &settings.node_from_credentials.problem {
         named.push_str(&format!("; not read from the credentials: {note}"));
     }
     let Some(r) = registration else {
@@ -131,7 +131,7 @@ mod tests {
                 from: NameFrom::Certificate,
                 detail: "CN=system:node:foo of client-certificate-data".into(),
             }),
-            notes: vec![],
+            problem: None,
         };
         let reg = |node, lease| Registration { node, lease };
         let l = judge(

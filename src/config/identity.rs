@@ -8,21 +8,33 @@
 //!
 //! * a client certificate whose subject CN is `system:node:<name>` (the node's own kubeconfig:
 //!   `client-certificate-data`, or a `client-certificate` file such as the kubelet's
-//!   `kubelet-client-current.pem`), read with the small DER reader below: the CN is the last
-//!   one of the subject, as the API server's x509 authenticator reads it;
+//!   `kubelet-client-current.pem`), decoded as kube decodes it (standard base64, the first PEM
+//!   `CERTIFICATE` block) and read with the small DER reader below: the CN is the last one of
+//!   the subject, as the API server's x509 authenticator reads it;
 //! * a pod-bound service-account token (the DaemonSet's projected token, or a token in the
 //!   kubeconfig), whose JWT carries the private claim `kubernetes.io` → `node` → `name` (the
 //!   API server's user extra `authentication.kubernetes.io/node-name`). The token's signature
 //!   is not checked: the API server does that; only what it will say is read.
 //!
 //! Invariants:
-//! * malformed input (bad base64, bad PEM or DER, no CN, a JWT that is not one) is no name and a
-//!   note for the start-up log ([`Found::notes`]), never a panic nor an error;
-//! * a name that is not a valid node name (DNS subdomain) is no name (noted);
-//! * the certificate wins over a token when both are given (the API server authenticates the
-//!   certificate first); an exec plugin or auth provider carries no name here.
+//! * malformed input (bad base64, bad PEM or DER, no CN, a JWT that is not one, an unreadable
+//!   file) is no name and an [`IdentityError`] for the start-up log ([`Found::problem`]), never a
+//!   panic nor a configuration error;
+//! * a name that is not a valid node name (DNS subdomain) is no name (and a problem);
+//! * a client certificate, when the credentials have one, decides alone: the API server
+//!   authenticates a request's client certificate before any token (x509 before the token
+//!   authenticators) and never reads a token beside it, so a certificate of another identity
+//!   (an admin's) is no name even beside a token with a node claim;
+//! * the token is read in place (kube keeps it secret), never copied with the other secrets;
+//!   an exec plugin or auth provider carries no name here.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use secrecy::ExposeSecret as _;
 
 /// Where the node's name came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,151 +75,198 @@ impl fmt::Display for CredentialsName {
     }
 }
 
-/// What the credentials say: a name, or none, and what could not be read in them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Found {
-    pub name: Option<CredentialsName>,
-    /// Parts that could not be read (logged at start; never an error).
-    pub notes: Vec<String>,
+/// The part of the credentials a name or a problem is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The kubeconfig's `client-certificate-data`.
+    CertificateData,
+    /// A `client-certificate` file.
+    CertificateFile(String),
+    /// The kubeconfig's `token`.
+    Token,
+    /// A `tokenFile` (the in-cluster projected token).
+    TokenFile(String),
 }
 
-/// The credentials of `auth` (a kubeconfig's user, or the in-cluster token file).
-pub fn from_credentials(auth: &kube::config::AuthInfo) -> Found {
-    let mut found = Found::default();
-    let cert = match (&auth.client_certificate_data, &auth.client_certificate) {
-        (Some(data), _) => Some((
-            decode_base64(data).ok_or_else(|| "not base64".to_string()),
-            "client-certificate-data".to_string(),
-        )),
-        (None, Some(path)) => Some((
-            std::fs::read(path).map_err(|e| format!("unreadable: {e}")),
-            format!("client certificate {path}"),
-        )),
-        (None, None) => None,
-    };
-    if let Some((bytes, what)) = cert {
-        match bytes.and_then(|b| certificate_cn(&b)) {
-            Ok(cn) => match cn.strip_prefix(NODE_USER_PREFIX) {
-                Some(name) if super::values::is_dns_subdomain(name) => {
-                    found.name = Some(CredentialsName {
-                        name: name.to_owned(),
-                        from: NameFrom::Certificate,
-                        detail: format!("CN={cn} of {what}"),
-                    });
-                    return found;
-                }
-                Some(name) => found
-                    .notes
-                    .push(format!("{what}: CN {cn:?}: {name:?} is not a node name")),
-                // another identity (an admin, a service account's certificate): no name
-                None => {}
-            },
-            Err(why) => found.notes.push(format!("{what}: {why}")),
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CertificateData => f.write_str("client-certificate-data"),
+            Self::CertificateFile(path) => write!(f, "client certificate {path}"),
+            Self::Token => f.write_str("kubeconfig token"),
+            Self::TokenFile(path) => write!(f, "token file {path}"),
         }
     }
-    // the token: inline (kubeconfig `token`, kept secret by kube: read through its own
-    // serialisation), else the file (the in-cluster projected token)
-    let inline = serde_json::to_value(auth)
-        .ok()
-        .and_then(|v| v.get("token")?.as_str().map(str::to_owned));
-    let token = match (inline, &auth.token_file) {
-        (Some(t), _) => Some((Ok(t), "kubeconfig token".to_string())),
-        (None, Some(path)) => Some((
-            std::fs::read_to_string(path).map_err(|e| format!("unreadable: {e}")),
-            format!("token file {path}"),
-        )),
-        (None, None) => None,
-    };
-    if let Some((text, what)) = token {
-        match text.and_then(|t| token_node_name(t.trim())) {
-            Ok(Some(name)) if super::values::is_dns_subdomain(&name) => {
-                found.name = Some(CredentialsName {
-                    detail: format!("claim kubernetes.io.node.name={name} of the {what}"),
-                    name,
-                    from: NameFrom::TokenClaim,
-                });
+}
+
+/// Why the credentials name no node although they might: each says which part of them.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("{part}: unreadable: {source}")]
+    Unreadable { part: Part, source: std::io::Error },
+    #[error("{part}: not base64: {source}")]
+    NotBase64 {
+        part: Part,
+        source: base64::DecodeError,
+    },
+    #[error("{part}: not PEM: {source}")]
+    NotPem { part: Part, source: pem::PemError },
+    #[error("{part}: no PEM CERTIFICATE block")]
+    NoCertificateBlock { part: Part },
+    #[error("{part}: not a certificate: {source}")]
+    Der { part: Part, source: DerError },
+    #[error("{part}: the certificate's subject has no CN")]
+    NoCommonName { part: Part },
+    #[error("{part}: a JWT payload that is not base64url: {source}")]
+    TokenNotBase64 {
+        part: Part,
+        source: base64::DecodeError,
+    },
+    #[error("{part}: a JWT payload that is not JSON: {source}")]
+    TokenNotJson {
+        part: Part,
+        source: serde_json::Error,
+    },
+    /// `CN=system:node:<name>` or the node claim, with a name the API server would not have
+    /// registered.
+    #[error("{part}: names the node {name:?}, which is not a node name (a DNS subdomain)")]
+    NotANodeName { part: Part, name: String },
+}
+
+/// What the credentials say: a name, or none, and why none when they might have said one.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    pub name: Option<CredentialsName>,
+    /// The part that could not be read (logged at start; never an error). Shared, as the
+    /// settings that hold it are cloned.
+    pub problem: Option<Arc<IdentityError>>,
+}
+
+/// The same name, and the same problem: the one reading, cloned (the I/O and JSON errors in a
+/// problem have no equality of their own).
+impl PartialEq for Found {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && match (&self.problem, &other.problem) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
             }
-            Ok(Some(name)) => found
-                .notes
-                .push(format!("{what}: node claim {name:?} is not a node name")),
-            // not bound to a pod on a node (or no JWT at all: a static token): no name
-            Ok(None) => {}
-            Err(why) => found.notes.push(format!("{what}: {why}")),
-        }
     }
-    found
+}
+
+/// The credentials of `auth` (a kubeconfig's user, or the in-cluster token file): the client
+/// certificate's when there is one, else the token's.
+pub fn from_credentials(auth: &kube::config::AuthInfo) -> Found {
+    let has_certificate =
+        auth.client_certificate_data.is_some() || auth.client_certificate.is_some();
+    let read = if has_certificate {
+        cert_name(auth)
+    } else {
+        token_name(auth)
+    };
+    match read {
+        Ok(name) => Found {
+            name,
+            problem: None,
+        },
+        Err(e) => Found {
+            name: None,
+            problem: Some(Arc::new(e)),
+        },
+    }
 }
 
 /// The user name prefix of a node identity (`system:node:<name>`).
-pub const NODE_USER_PREFIX: &str = "system:node:";
+const NODE_USER_PREFIX: &str = "system:node:";
 
-/// The subject CN of the first certificate in `bytes` (PEM, or DER as it is).
-pub fn certificate_cn(bytes: &[u8]) -> Result<String, String> {
-    let der = if bytes.first() == Some(&0x30) {
-        bytes.to_vec()
+/// The node a client certificate names (`client-certificate-data` over `client-certificate`,
+/// as kube reads them): `None` without one, or for another identity (an admin, a service
+/// account's certificate).
+fn cert_name(auth: &kube::config::AuthInfo) -> Result<Option<CredentialsName>, IdentityError> {
+    let (part, bytes) = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => {
+            let part = Part::CertificateData;
+            match STANDARD.decode(data) {
+                Ok(bytes) => (part, bytes),
+                Err(source) => return Err(IdentityError::NotBase64 { part, source }),
+            }
+        }
+        (None, Some(path)) => {
+            let part = Part::CertificateFile(path.clone());
+            match std::fs::read(path) {
+                Ok(bytes) => (part, bytes),
+                Err(source) => return Err(IdentityError::Unreadable { part, source }),
+            }
+        }
+        (None, None) => return Ok(None),
+    };
+    let cn = certificate_cn(&bytes, &part)?;
+    let Some(name) = cn.strip_prefix(NODE_USER_PREFIX) else {
+        return Ok(None);
+    };
+    if !super::values::is_dns_subdomain(name) {
+        let name = name.to_owned();
+        return Err(IdentityError::NotANodeName { part, name });
+    }
+    Ok(Some(CredentialsName {
+        name: name.to_owned(),
+        from: NameFrom::Certificate,
+        detail: format!("CN={cn} of {part}"),
+    }))
+}
+
+/// The node a token's claim names (the kubeconfig's `token`, else its `tokenFile`: the
+/// in-cluster projected token): `None` without one, or for a token not bound to a node.
+fn token_name(auth: &kube::config::AuthInfo) -> Result<Option<CredentialsName>, IdentityError> {
+    let (part, token): (Part, Cow<'_, str>) = match (&auth.token, &auth.token_file) {
+        (Some(token), _) => (Part::Token, Cow::Borrowed(token.expose_secret())),
+        (None, Some(path)) => {
+            let part = Part::TokenFile(path.clone());
+            match std::fs::read_to_string(path) {
+                Ok(text) => (part, Cow::Owned(text)),
+                Err(source) => return Err(IdentityError::Unreadable { part, source }),
+            }
+        }
+        (None, None) => return Ok(None),
+    };
+    let Some(name) = token_node_name(token.trim(), &part)? else {
+        return Ok(None);
+    };
+    if !super::values::is_dns_subdomain(&name) {
+        return Err(IdentityError::NotANodeName { part, name });
+    }
+    Ok(Some(CredentialsName {
+        detail: format!("claim kubernetes.io.node.name={name} of the {part}"),
+        name,
+        from: NameFrom::TokenClaim,
+    }))
+}
+
+/// The subject CN of the first certificate in `bytes` (PEM: the first `CERTIFICATE` block, as
+/// the kubelet's `kubelet-client-current.pem` holds the key first; or DER as it is).
+fn certificate_cn(bytes: &[u8], part: &Part) -> Result<String, IdentityError> {
+    let der = if bytes.first() == Some(&SEQUENCE) {
+        Cow::Borrowed(bytes)
     } else {
-        pem_certificate(bytes)?
+        let blocks = pem::parse_many(bytes).map_err(|source| IdentityError::NotPem {
+            part: part.clone(),
+            source,
+        })?;
+        let block = blocks
+            .into_iter()
+            .find(|b| b.tag() == "CERTIFICATE")
+            .ok_or_else(|| IdentityError::NoCertificateBlock { part: part.clone() })?;
+        Cow::Owned(block.into_contents())
     };
     match subject_cn(&der) {
         Ok(Some(cn)) => Ok(cn),
-        Ok(None) => Err("the certificate's subject has no CN".into()),
-        Err(e) => Err(format!("not a certificate: {e}")),
+        Ok(None) => Err(IdentityError::NoCommonName { part: part.clone() }),
+        Err(source) => Err(IdentityError::Der {
+            part: part.clone(),
+            source,
+        }),
     }
-}
-
-/// The DER of the first `CERTIFICATE` block of PEM text.
-fn pem_certificate(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    let text = std::str::from_utf8(bytes).map_err(|_| "neither PEM nor DER".to_string())?;
-    let start = text
-        .find(BEGIN)
-        .ok_or_else(|| "no PEM CERTIFICATE block".to_string())?
-        + BEGIN.len();
-    let len = text[start..]
-        .find(END)
-        .ok_or_else(|| "a PEM CERTIFICATE block with no end".to_string())?;
-    decode_base64(&text[start..start + len]).ok_or_else(|| "a PEM block that is not base64".into())
-}
-
-/// Decodes base64 of either alphabet (standard or URL-safe), padded or not, ignoring ASCII
-/// white space (PEM's line breaks); `None` for anything else.
-pub fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits, mut padding) = (0u32, 0u32, 0usize);
-    let mut digits = 0usize;
-    for b in text.bytes() {
-        let v = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            b'=' => {
-                padding += 1;
-                continue;
-            }
-            b' ' | b'\t' | b'\r' | b'\n' => continue,
-            _ => return None,
-        };
-        // nothing after padding
-        if padding > 0 {
-            return None;
-        }
-        digits += 1;
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    // a lone digit is no byte; padding only completes a group of four (left-over bits are
-    // ignored, as Go's decoder does)
-    let rem = digits % 4;
-    let ok = rem != 1 && padding <= 2 && (padding == 0 || (rem + padding).is_multiple_of(4));
-    ok.then_some(out)
 }
 
 /// A DER reading problem.
@@ -282,7 +341,7 @@ const COMMON_NAME: [u8; 3] = [0x55, 0x04, 0x03];
 /// The last CN of an X.509 certificate's subject (RFC 5280 §4.1: `Certificate ::= SEQUENCE {
 /// tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity,
 /// subject, ... }, ... }`); `None` when the subject has none.
-pub fn subject_cn(der: &[u8]) -> Result<Option<String>, DerError> {
+fn subject_cn(der: &[u8]) -> Result<Option<String>, DerError> {
     let (cert, _) = expect(der, SEQUENCE)?;
     let (tbs, _) = expect(cert, SEQUENCE)?;
     let mut rest = tbs;
@@ -330,8 +389,9 @@ fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, DerError> {
 
 /// The node claim of a service-account JWT: `Ok(None)` for a token that has none (not
 /// pod-bound, a pod not yet on a node, or an opaque static token), `Err` for a JWT whose
-/// payload cannot be read.
-pub fn token_node_name(token: &str) -> Result<Option<String>, String> {
+/// payload cannot be read. The payload is base64url without padding, as a JWS's parts are
+/// (RFC 7515 §2).
+fn token_node_name(token: &str, part: &Part) -> Result<Option<String>, IdentityError> {
     let mut parts = token.split('.');
     let (Some(_header), Some(payload), Some(_signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -339,9 +399,18 @@ pub fn token_node_name(token: &str) -> Result<Option<String>, String> {
         // not a JWT: a static or bootstrap token carries no claims
         return Ok(None);
     };
-    let bytes = decode_base64(payload).ok_or("a JWT payload that is not base64url")?;
+    let bytes =
+        URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|source| IdentityError::TokenNotBase64 {
+                part: part.clone(),
+                source,
+            })?;
     let claims: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|_| "a JWT payload that is not JSON")?;
+        serde_json::from_slice(&bytes).map_err(|source| IdentityError::TokenNotJson {
+            part: part.clone(),
+            source,
+        })?;
     Ok(claims
         .get("kubernetes.io")
         .and_then(|k| k.get("node"))

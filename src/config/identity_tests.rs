@@ -1,8 +1,10 @@
 //! The node name in credentials ([`super`]): real certificates made here with Debian's
 //! `openssl` (as the test bed's PKI makes them), JWTs of the API server's claim layout, and
-//! malformed input of every kind (never a panic, never a name).
+//! malformed input of every kind (never a panic, never a name: an [`IdentityError`] of its
+//! kind, naming the part it is in).
 
 use super::*;
+use base64::engine::general_purpose::URL_SAFE;
 use proptest::prelude::*;
 use std::path::Path;
 use std::process::Command;
@@ -58,24 +60,13 @@ fn der(pem: &Path) -> Vec<u8> {
 }
 
 /// Standard base64, padded (what a kubeconfig's `*-data` fields hold).
-fn b64(bytes: &[u8], url: bool) -> String {
-    const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().fold(0u32, |a, b| (a << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
-        for i in 0..=chunk.len() {
-            let c = STD[((n >> (18 - 6 * i)) & 63) as usize];
-            out.push(match (url, c) {
-                (true, b'+') => '-',
-                (true, b'/') => '_',
-                _ => c as char,
-            });
-        }
-        if !url {
-            out.push_str(&"=".repeat(3 - chunk.len()));
-        }
-    }
-    out
+fn b64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Base64url without padding (a JWT's parts).
+fn b64url(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// A JWT with `claims` (base64url, no padding; the signature is not read).
@@ -83,9 +74,9 @@ fn jwt(claims: &serde_json::Value) -> String {
     let header = br#"{"alg":"RS256","kid":"k"}"#;
     format!(
         "{}.{}.{}",
-        b64(header, true),
-        b64(claims.to_string().as_bytes(), true),
-        b64(b"not-a-signature", true)
+        b64url(header),
+        b64url(claims.to_string().as_bytes()),
+        b64url(b"not-a-signature")
     )
 }
 
@@ -107,22 +98,31 @@ fn auth(v: serde_json::Value) -> kube::config::AuthInfo {
     serde_json::from_value(v).unwrap()
 }
 
+/// The problem `f` holds (none: `None`).
+fn problem(f: &Found) -> Option<&IdentityError> {
+    f.problem.as_deref()
+}
+
 #[test]
 fn a_node_certificate_names_the_node_in_pem_der_data_and_file() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = certificate(dir.path(), "/O=system:nodes/CN=system:node:foo");
     let pem = std::fs::read(&cert).unwrap();
-    assert_eq!(certificate_cn(&pem).unwrap(), "system:node:foo");
-    assert_eq!(certificate_cn(&der(&cert)).unwrap(), "system:node:foo");
+    let part = Part::CertificateData;
+    assert_eq!(certificate_cn(&pem, &part).unwrap(), "system:node:foo");
+    assert_eq!(
+        certificate_cn(&der(&cert), &part).unwrap(),
+        "system:node:foo"
+    );
     // the kubeconfig's client-certificate-data
     let f = from_credentials(&auth(
-        serde_json::json!({"client-certificate-data": b64(&pem, false)}),
+        serde_json::json!({"client-certificate-data": b64(&pem)}),
     ));
-    assert_eq!(f.notes, Vec::<String>::new());
+    assert!(f.problem.is_none(), "{f:?}");
     let n = f.name.unwrap();
     assert_eq!((n.name.as_str(), n.from), ("foo", NameFrom::Certificate));
     assert_eq!(n.detail, "CN=system:node:foo of client-certificate-data");
-    // the kubelet's kubelet-client-current.pem: key and certificate in one file
+    // the kubelet's kubelet-client-current.pem: key and certificate in one file, key first
     let both = dir.path().join("kubelet-client-current.pem");
     let mut text = std::fs::read(&key).unwrap();
     text.extend_from_slice(&pem);
@@ -143,7 +143,7 @@ fn the_last_cn_counts_and_other_identities_name_nothing() {
     // Go's pkix (the API server's x509 authenticator) keeps the last CN of the subject
     let (two, _) = certificate(dir.path(), "/CN=system:node:first/CN=system:node:bar");
     assert_eq!(
-        certificate_cn(&std::fs::read(&two).unwrap()).unwrap(),
+        certificate_cn(&std::fs::read(&two).unwrap(), &Part::CertificateData).unwrap(),
         "system:node:bar"
     );
     // an admin's certificate: no name, nothing to say
@@ -152,58 +152,129 @@ fn the_last_cn_counts_and_other_identities_name_nothing() {
         serde_json::json!({"client-certificate": admin.to_str().unwrap()}),
     ));
     assert_eq!(f, Found::default());
-    // a node user whose name is no node name: noted, no name
+    // a node user whose name is no node name: no name, and the problem in that file
     let (bad, _) = certificate(dir.path(), "/CN=system:node:Not_A_Name");
-    let f = from_credentials(&auth(
-        serde_json::json!({"client-certificate": bad.to_str().unwrap()}),
-    ));
+    let path = bad.to_str().unwrap();
+    let f = from_credentials(&auth(serde_json::json!({"client-certificate": path})));
     assert!(f.name.is_none());
-    assert_eq!(f.notes.len(), 1, "{:?}", f.notes);
-    assert!(f.notes[0].contains("Not_A_Name"), "{:?}", f.notes);
+    assert!(
+        matches!(problem(&f), Some(IdentityError::NotANodeName {
+            part: Part::CertificateFile(p), name,
+        }) if p == path && name == "Not_A_Name"),
+        "{f:?}"
+    );
     // no CN at all
     let (none, _) = certificate(dir.path(), "/O=system:nodes");
-    assert_eq!(
-        certificate_cn(&std::fs::read(&none).unwrap()),
-        Err("the certificate's subject has no CN".into())
-    );
+    assert!(matches!(
+        certificate_cn(&std::fs::read(&none).unwrap(), &Part::CertificateData),
+        Err(IdentityError::NoCommonName {
+            part: Part::CertificateData
+        })
+    ));
 }
 
 #[test]
-fn malformed_certificates_are_no_name_and_a_note() {
+fn malformed_certificates_are_no_name_and_a_problem_of_their_kind() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, _) = certificate(dir.path(), "/CN=system:node:foo");
+    let (cert, key) = certificate(dir.path(), "/CN=system:node:foo");
     let d = der(&cert);
-    for (data, why) in [
-        ("%%%not base64%%%".to_string(), "not base64"),
+    type Kind = fn(&IdentityError) -> bool;
+    let cases: [(String, Kind); 9] = [
+        ("%%%not base64%%%".into(), |e| {
+            matches!(e, IdentityError::NotBase64 { .. })
+        }),
+        // the URL-safe alphabet, unpadded, is not what kube reads either
+        (b64url(&[0xfb, 0xff]), |e| {
+            matches!(e, IdentityError::NotBase64 { .. })
+        }),
+        (b64(b"hello, not a certificate"), |e| {
+            matches!(e, IdentityError::NoCertificateBlock { .. })
+        }),
+        // the key alone (the key half of kubelet-client-current.pem)
+        (b64(&std::fs::read(&key).unwrap()), |e| {
+            matches!(e, IdentityError::NoCertificateBlock { .. })
+        }),
+        // a block with no end is no block
+        (b64(b"-----BEGIN CERTIFICATE-----\nAAAA\n"), |e| {
+            matches!(e, IdentityError::NoCertificateBlock { .. })
+        }),
         (
-            b64(b"hello, not a certificate", false),
-            "no PEM CERTIFICATE block",
+            b64(b"-----BEGIN CERTIFICATE-----\n%%\n-----END CERTIFICATE-----\n"),
+            |e| {
+                matches!(
+                    e,
+                    IdentityError::NotPem {
+                        source: pem::PemError::InvalidData(_),
+                        ..
+                    }
+                )
+            },
         ),
-        (b64(b"-----BEGIN CERTIFICATE-----\nAAAA\n", false), "no end"),
-        (
-            b64(
-                b"-----BEGIN CERTIFICATE-----\n%%\n-----END CERTIFICATE-----\n",
-                false,
-            ),
-            "not base64",
-        ),
-        (b64(&d[..d.len() / 2], false), "truncated"),
-        (b64(&[0x30, 0x80, 0, 0], false), "length form"),
-        (
-            b64(&[0x30, 0x03, 0x02, 0x01, 0x01], false),
-            "tag 0x02 where 0x30",
-        ),
-    ] {
+        (b64(&d[..d.len() / 2]), |e| {
+            matches!(
+                e,
+                IdentityError::Der {
+                    source: DerError::Truncated,
+                    ..
+                }
+            )
+        }),
+        (b64(&[0x30, 0x80, 0, 0]), |e| {
+            matches!(
+                e,
+                IdentityError::Der {
+                    source: DerError::BadLength,
+                    ..
+                }
+            )
+        }),
+        (b64(&[0x30, 0x03, 0x02, 0x01, 0x01]), |e| {
+            matches!(
+                e,
+                IdentityError::Der {
+                    source: DerError::UnexpectedTag {
+                        expected: 0x30,
+                        found: 0x02
+                    },
+                    ..
+                }
+            )
+        }),
+    ];
+    for (data, kind) in cases {
         let f = from_credentials(&auth(serde_json::json!({"client-certificate-data": data})));
         assert!(f.name.is_none(), "{data}");
-        assert_eq!(f.notes.len(), 1, "{data}: {:?}", f.notes);
-        assert!(f.notes[0].contains(why), "{data}: {:?}", f.notes);
+        let e = problem(&f).unwrap_or_else(|| panic!("{data}: no problem"));
+        assert!(kind(e), "{data}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                IdentityError::NotBase64 {
+                    part: Part::CertificateData,
+                    ..
+                } | IdentityError::NoCertificateBlock {
+                    part: Part::CertificateData
+                } | IdentityError::NotPem {
+                    part: Part::CertificateData,
+                    ..
+                } | IdentityError::Der {
+                    part: Part::CertificateData,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
     let f = from_credentials(&auth(
         serde_json::json!({"client-certificate": "/nonexistent/c.pem"}),
     ));
     assert!(f.name.is_none());
-    assert!(f.notes[0].contains("unreadable"), "{:?}", f.notes);
+    assert!(
+        matches!(problem(&f), Some(IdentityError::Unreadable {
+            part: Part::CertificateFile(p), source,
+        }) if p == "/nonexistent/c.pem" && source.kind() == std::io::ErrorKind::NotFound),
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -225,7 +296,7 @@ fn a_pod_bound_token_names_its_node_inline_and_from_the_token_file() {
         serde_json::json!({"tokenFile": file.to_str().unwrap()}),
     ));
     assert_eq!(f.name.unwrap().name, "bar");
-    // a certificate and a token: the certificate's (the API server reads it first)
+    // a node's certificate and a token: the certificate's (the API server reads it first)
     let (cert, _) = certificate(dir.path(), "/CN=system:node:foo");
     let f = from_credentials(&auth(serde_json::json!({
         "client-certificate": cert.to_str().unwrap(), "token": jwt(&bound_claims("bar"))})));
@@ -250,56 +321,114 @@ fn tokens_without_a_node_or_malformed_are_no_name() {
             Found::default()
         );
     }
-    for (t, why) in [
-        ("a.%%%.c".to_string(), "not base64url"),
-        (format!("a.{}.c", b64(b"not json", true)), "not JSON"),
-    ] {
+    // a JWS's parts are base64url without padding (RFC 7515 §2): padded is not one
+    let mut claims = bound_claims("padded").to_string();
+    while claims.len().is_multiple_of(3) {
+        claims.push(' ');
+    }
+    let padded = URL_SAFE.encode(&claims);
+    assert!(padded.ends_with('='), "{padded}");
+    let unpadded = format!("a.{}.c", b64url(claims.as_bytes()));
+    assert_eq!(
+        token_node_name(&unpadded, &Part::Token).unwrap().as_deref(),
+        Some("padded")
+    );
+    type Kind = fn(&IdentityError) -> bool;
+    let cases: [(String, Kind); 3] = [
+        ("a.%%%.c".into(), |e| {
+            matches!(
+                e,
+                IdentityError::TokenNotBase64 {
+                    part: Part::Token,
+                    ..
+                }
+            )
+        }),
+        (format!("a.{padded}.c"), |e| {
+            matches!(
+                e,
+                IdentityError::TokenNotBase64 {
+                    part: Part::Token,
+                    ..
+                }
+            )
+        }),
+        (format!("a.{}.c", b64url(b"not json")), |e| {
+            matches!(
+                e,
+                IdentityError::TokenNotJson {
+                    part: Part::Token,
+                    ..
+                }
+            )
+        }),
+    ];
+    for (t, kind) in cases {
         let f = from_credentials(&auth(serde_json::json!({"token": t})));
-        assert!(f.name.is_none());
-        assert!(f.notes[0].contains(why), "{:?}", f.notes);
+        assert!(f.name.is_none(), "{t}");
+        assert!(problem(&f).is_some_and(kind), "{t}: {f:?}");
     }
     let f = from_credentials(&auth(
         serde_json::json!({"token": jwt(&bound_claims("UPPER"))}),
     ));
     assert!(f.name.is_none());
-    assert!(f.notes[0].contains("not a node name"), "{:?}", f.notes);
+    assert!(
+        matches!(problem(&f), Some(IdentityError::NotANodeName {
+            part: Part::Token, name,
+        }) if name == "UPPER"),
+        "{f:?}"
+    );
     let f = from_credentials(&auth(
         serde_json::json!({"tokenFile": "/nonexistent/token"}),
     ));
-    assert!(f.notes[0].contains("unreadable"), "{:?}", f.notes);
+    assert!(f.name.is_none());
+    assert!(
+        matches!(problem(&f), Some(IdentityError::Unreadable {
+            part: Part::TokenFile(p), ..
+        }) if p == "/nonexistent/token"),
+        "{f:?}"
+    );
 }
 
+/// The API server runs its x509 authenticator before the token ones: with a client certificate
+/// in the kubeconfig the request is the certificate's user, and a token beside it is never
+/// read. An admin's certificate and a node-bound token: no name (not the token's node); a
+/// certificate that cannot be read beside one: its problem, still not the token's node.
 #[test]
-fn base64_of_both_alphabets_padded_or_not() {
-    for s in [
-        &b""[..],
-        b"f",
-        b"fo",
-        b"foo",
-        b"foob",
-        b"fooba",
-        b"foobar",
-        &[0xfb, 0xff, 0xfe],
-    ] {
-        assert_eq!(decode_base64(&b64(s, false)).as_deref(), Some(s));
-        assert_eq!(decode_base64(&b64(s, true)).as_deref(), Some(s));
-    }
-    assert_eq!(decode_base64("Zm9v\nYmFy\r\n").unwrap(), b"foobar");
-    for bad in ["Z", "Zm9vY", "Zg===", "Zg=x", "Zm9v!", "Z=g"] {
-        assert_eq!(decode_base64(bad), None, "{bad}");
-    }
+fn a_certificate_of_another_identity_hides_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, _) = certificate(dir.path(), "/O=system:masters/CN=kubernetes-admin");
+    let f = from_credentials(&auth(serde_json::json!({
+        "client-certificate": admin.to_str().unwrap(),
+        "token": jwt(&bound_claims("bar")),
+    })));
+    assert_eq!(f, Found::default());
+    let f = from_credentials(&auth(serde_json::json!({
+        "client-certificate-data": b64(b"not a certificate"),
+        "token": jwt(&bound_claims("bar")),
+    })));
+    assert!(f.name.is_none(), "{f:?}");
+    assert!(
+        matches!(
+            problem(&f),
+            Some(IdentityError::NoCertificateBlock {
+                part: Part::CertificateData
+            })
+        ),
+        "{f:?}"
+    );
 }
 
 proptest! {
-    /// Arbitrary bytes, and every cut of a real certificate, read as a certificate or a
-    /// token: an answer, never a panic.
+    /// Arbitrary bytes read as a certificate (DER, PEM, or the kubeconfig's data) or a token:
+    /// an answer, never a panic.
     #[test]
     fn nothing_panics_on_arbitrary_input(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let _ = subject_cn(&bytes);
-        let _ = certificate_cn(&bytes);
+        let _ = certificate_cn(&bytes, &Part::CertificateData);
+        let _ = from_credentials(&auth(serde_json::json!({"client-certificate-data": b64(&bytes)})));
         let text = String::from_utf8_lossy(&bytes);
-        let _ = decode_base64(&text);
-        let _ = token_node_name(&text);
+        let _ = token_node_name(&text, &Part::Token);
         let mut cert = vec![0x30, 0x82, 0x01, 0x00];
         cert.extend_from_slice(&bytes);
         let _ = subject_cn(&cert);

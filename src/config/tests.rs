@@ -675,7 +675,7 @@ fn an_override_that_disagrees_with_the_credentials_names_both() {
                      /var/lib/kubelet/pki/kubelet-client-current.pem"
                 .into(),
         }),
-        notes: vec![],
+        problem: None,
     };
     let e = node_name_check(Some("worker-7"), &found).unwrap_err();
     assert_eq!(e.field, "hostnameOverride");
