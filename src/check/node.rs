@@ -14,8 +14,6 @@
 use super::{Line, Outcome, line};
 use crate::config::Settings;
 use crate::config::identity::NameFrom;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
 
 pub const CHECK: &str = "node name";
 
@@ -24,8 +22,18 @@ pub const CHECK: &str = "node name";
 pub enum Found {
     Present,
     Missing,
-    /// Refused or unanswered: why.
-    Unknown(String),
+    /// Refused or unanswered.
+    Unknown(crate::api::RequestError),
+}
+
+impl Found {
+    fn of<T>(r: Result<Option<T>, crate::api::RequestError>) -> Self {
+        match r {
+            Ok(Some(_)) => Found::Present,
+            Ok(None) => Found::Missing,
+            Err(e) => Found::Unknown(e),
+        }
+    }
 }
 
 /// What the API holds under the node's name.
@@ -35,24 +43,15 @@ pub struct Registration {
     pub lease: Found,
 }
 
-/// Reads the Node and the Lease named `node`.
+/// Reads the Node and the Lease named `node`, at once, as standby's start reads them (the
+/// Node's metadata only, never its status and image list).
 pub async fn registration(client: &kube::Client, node: &str) -> Registration {
-    async fn read<K>(api: kube::Api<K>, name: &str) -> Found
-    where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    {
-        match crate::api::bounded(api.get_opt(name)).await {
-            Ok(Some(_)) => Found::Present,
-            Ok(None) => Found::Missing,
-            Err(e) => Found::Unknown(e.to_string()),
-        }
-    }
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let leases: kube::Api<Lease> =
-        kube::Api::namespaced(client.clone(), crate::standby::LEASE_NAMESPACE);
+    let leases = crate::standby::lease::LeaseApi::new(client.clone(), node);
+    let nodes = crate::standby::NodeApi::new(client.clone(), node);
+    let (n, l) = tokio::join!(nodes.exists_latest(), leases.read_latest());
     Registration {
-        node: read(nodes, node).await,
-        lease: read(leases, node).await,
+        node: Found::of(n.map(|exists| exists.then_some(()))),
+        lease: Found::of(l),
     }
 }
 
@@ -170,7 +169,12 @@ mod tests {
             &s,
             "foo",
             NameFrom::Certificate,
-            Some(&reg(Found::Unknown("403".into()), Found::Missing)),
+            Some(&reg(
+                Found::Unknown(crate::api::RequestError::Timeout(
+                    std::time::Duration::from_secs(30),
+                )),
+                Found::Missing,
+            )),
         );
         assert_eq!(l.outcome, Outcome::Warn);
         let plain = settings();

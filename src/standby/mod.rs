@@ -145,7 +145,7 @@ pub mod marker;
 mod run;
 
 pub use healthz::{probe, probe_endpoint};
-pub use run::{LEASE_BACKOFF_MAX, START_TIMEOUT, Started, begin, read_needed, run, start};
+pub use run::{LEASE_BACKOFF_MAX, NodeApi, START_TIMEOUT, Started, begin, read_needed, run, start};
 
 /// The namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";

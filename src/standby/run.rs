@@ -155,13 +155,13 @@ pub async fn begin(
 
 /// This node's Node object: whether it exists.
 #[derive(Clone)]
-pub(super) struct NodeApi {
+pub struct NodeApi {
     api: kube::Api<k8s_openapi::api::core::v1::Node>,
     node: String,
 }
 
 impl NodeApi {
-    pub(super) fn new(client: kube::Client, node: &str) -> Self {
+    pub fn new(client: kube::Client, node: &str) -> Self {
         Self {
             api: kube::Api::all(client),
             node: node.into(),
@@ -169,7 +169,7 @@ impl NodeApi {
     }
 
     /// Whether it exists, at the newest version (once at start).
-    async fn exists_latest(&self) -> Result<bool, crate::api::RequestError> {
+    pub async fn exists_latest(&self) -> Result<bool, crate::api::RequestError> {
         crate::api::bounded(self.api.get_metadata_opt(&self.node))
             .await
             .map(|n| n.is_some())

@@ -209,6 +209,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
     let content_type = header("content-type").unwrap_or_default();
     let user_agent = header("user-agent").unwrap_or_default();
     let auth = header("authorization");
+    // `as=PartialObjectMetadata` (kube's `get_metadata`): the object's metadata alone
+    let metadata_only = header("accept").is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let bytes = req
         .into_body()
         .collect()
@@ -267,6 +269,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Reply, Conn
         }
         Verdict::Answer(r) => r,
         Verdict::Pass => route(&state, &req).await,
+    };
+    let resp = match metadata_only && req.attrs.verb == "get" && resp.status() == 200 {
+        true => reply::metadata_only(resp).await,
+        false => resp,
     };
     let resp = faults::after(&state, &req, resp);
     state.log.push(record(user.name(), resp.status().as_u16()));

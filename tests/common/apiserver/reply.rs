@@ -201,6 +201,25 @@ pub fn version() -> Reply {
     )
 }
 
+/// A GET's answer as kube-apiserver gives it to `Accept: application/json;as=PartialObjectMetadata;
+/// g=meta.k8s.io;v=v1`: `kind: PartialObjectMetadata` with the object's `metadata` alone (no
+/// spec, no status).
+pub async fn metadata_only(full: Reply) -> Reply {
+    let bytes = full.into_body().collect().await.map(|b| b.to_bytes());
+    let object: Value = bytes
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    respond(
+        200,
+        &json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": object["metadata"],
+        }),
+    )
+}
+
 /// 404 for a path the server does not serve.
 pub fn no_route(method: &str, path: &str) -> Reply {
     respond(
