@@ -13,7 +13,7 @@
 //! there, on `127.0.0.1`: one probe, one timeout for both (a connect on the loopback that finds
 //! no listener fails at once, so the second address costs no time; a socket that is there and
 //! does not answer is the kubelet's, judged at the one timeout, never two). `0.0.0.0` is
-//! probed on `127.0.0.1` (an IPv4 wildcard always listens there).
+//! probed on `127.0.0.1` by configuration ([`crate::config`]'s healthz URL).
 
 use super::Health;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -39,28 +39,27 @@ pub async fn probe(url: &str, timeout: Duration) -> Health {
     }
 }
 
-/// Where to connect for the URL's host: a name as it is (resolved by the system), an address
-/// as it is, an unspecified address on the loopbacks that answer for it, in order.
-#[derive(Debug, PartialEq, Eq)]
-enum Targets<'a> {
-    Name(&'a str),
-    Addresses(Vec<IpAddr>),
-}
-
-fn targets(host: &str) -> Targets<'_> {
+/// Where to connect for the URL's host, in order: an unspecified IPv6 address on the loopbacks
+/// that answer for it (`::1`, then `127.0.0.1`), any other address as it is (Linux connects
+/// `0.0.0.0` to the local host itself; configuration already probes it on `127.0.0.1`), a name
+/// as the system resolves it. `None`: a name that does not resolve.
+async fn targets(host: &str, port: u16) -> Option<Vec<std::net::SocketAddr>> {
     // an IPv6 host comes bracketed in a URI (`[::1]`); the socket address wants it bare
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    match bare.parse::<IpAddr>() {
-        Ok(IpAddr::V6(a)) if a.is_unspecified() => Targets::Addresses(vec![
+    let ips = match bare.parse::<IpAddr>() {
+        Ok(IpAddr::V6(a)) if a.is_unspecified() => vec![
             IpAddr::V6(Ipv6Addr::LOCALHOST),
             IpAddr::V4(Ipv4Addr::LOCALHOST),
-        ]),
-        Ok(IpAddr::V4(a)) if a.is_unspecified() => {
-            Targets::Addresses(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)])
+        ],
+        Ok(a) => vec![a],
+        Err(_) => {
+            return tokio::net::lookup_host((bare, port))
+                .await
+                .ok()
+                .map(Iterator::collect);
         }
-        Ok(a) => Targets::Addresses(vec![a]),
-        Err(_) => Targets::Name(bare),
-    }
+    };
+    Some(ips.into_iter().map(|ip| (ip, port).into()).collect())
 }
 
 /// A failed connect that says nothing listens at `addr`: refused, or, for the IPv6 loopback
@@ -87,25 +86,20 @@ async fn probe_once(url: &str) -> Health {
         return Health::Failed;
     };
     let port = uri.port_u16().unwrap_or(80);
-    let addresses = match targets(host) {
-        Targets::Name(name) => {
-            return match tokio::net::TcpStream::connect((name, port)).await {
-                Ok(s) => exchange(s, &uri, host).await,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Health::Gone,
-                Err(_) => Health::Failed,
-            };
-        }
-        Targets::Addresses(a) => a,
+    let Some(addresses) = targets(host, port).await else {
+        return Health::Failed;
     };
     // Gone only when every address says nothing listens there
     let mut gone = true;
     for (i, addr) in addresses.iter().enumerate() {
-        match tokio::net::TcpStream::connect((*addr, port)).await {
+        match tokio::net::TcpStream::connect(addr).await {
             // whatever listens answers for the kubelet: no other address is tried
             Ok(s) => return exchange(s, &uri, host).await,
-            Err(e) => gone &= nothing_listens(&e, *addr, i + 1 < addresses.len()),
+            Err(e) => gone &= nothing_listens(&e, addr.ip(), i + 1 < addresses.len()),
         }
     }
+    // a name that resolved to nothing: nowhere to probe
+    gone &= !addresses.is_empty();
     if gone { Health::Gone } else { Health::Failed }
 }
 
@@ -257,23 +251,26 @@ mod tests {
         }
     }
 
-    /// The addresses tried for each kind of host: only the unspecified ones fan out.
-    #[test]
-    fn only_an_unspecified_host_is_probed_on_the_loopbacks() {
+    /// The addresses tried for each kind of host: only the unspecified IPv6 one fans out.
+    #[tokio::test]
+    async fn only_an_unspecified_host_is_probed_on_the_loopbacks() {
+        let at = |ip: IpAddr| std::net::SocketAddr::from((ip, 10248));
         let (v6, v4) = (
-            IpAddr::V6(Ipv6Addr::LOCALHOST),
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            at(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            at(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         );
-        assert_eq!(targets("[::]"), Targets::Addresses(vec![v6, v4]));
-        assert_eq!(targets("0.0.0.0"), Targets::Addresses(vec![v4]));
+        assert_eq!(targets("[::]", 10248).await, Some(vec![v6, v4]));
         // an explicit address is where the kubelet listens, and only there
-        assert_eq!(targets("[::1]"), Targets::Addresses(vec![v6]));
-        assert_eq!(targets("127.0.0.1"), Targets::Addresses(vec![v4]));
-        assert_eq!(
-            targets("[fd00::12]"),
-            Targets::Addresses(vec!["fd00::12".parse().unwrap()])
+        assert_eq!(targets("[::1]", 10248).await, Some(vec![v6]));
+        assert_eq!(targets("127.0.0.1", 10248).await, Some(vec![v4]));
+        let ula = at("fd00::12".parse().unwrap());
+        assert_eq!(targets("[fd00::12]", 10248).await, Some(vec![ula]));
+        // a name as the system resolves it
+        assert!(
+            targets("localhost", 10248)
+                .await
+                .is_some_and(|a| a.contains(&v4))
         );
-        assert_eq!(targets("node-1.local"), Targets::Name("node-1.local"));
     }
 
     /// A probe that timed out leaves no connection behind: the wedged kubelet sees it closed
