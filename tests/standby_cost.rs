@@ -436,6 +436,48 @@ async fn story(identity: Identity, name: &str) {
         again.is_empty(),
         "gone pods read more than once after the takeover: {again:?}"
     );
+
+    // 4. acting, idle: what an active reaplet costs the API server with nothing to end, beside
+    //    what the live kubelet cost it idle in this run (step 1): the pod watch restarted every
+    //    WATCH_TIMEOUT (its idle check, issue 44 item 4), the Lease looked at for the renewal
+    //    that hands back (read every poll where the identity may not watch it)
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let from = reaplet::wall_ns();
+    tokio::time::sleep(IDLE).await;
+    let to = reaplet::wall_ns();
+    let acting: Vec<Audit> = requests_of(&n, &user)
+        .into_iter()
+        .filter(|a| in_window(a, from, to))
+        .collect();
+    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
+    for a in &acting {
+        *by_kind
+            .entry(format!("{} {}", a.verb, a.resource))
+            .or_default() += 1;
+    }
+    println!(
+        "acting, idle {IDLE:?}, reaplet as {user}: {} requests ({:.3}x the live kubelet's {} \
+         idle in this run): {by_kind:?}",
+        acting.len(),
+        acting.len() as f64 / kubelet.len().max(1) as f64,
+        kubelet.len()
+    );
+    let quorum: Vec<String> = acting
+        .iter()
+        .filter(|a| is_quorum_read(a))
+        .map(Audit::line)
+        .collect();
+    assert!(
+        quorum.is_empty(),
+        "quorum reads while acting idle: {quorum:?}"
+    );
+    let watches = by_kind.get("watch pods").copied().unwrap_or(0);
+    let restarts = (IDLE.as_secs() / reaplet::api::source::WATCH_TIMEOUT.as_secs()) as usize;
+    assert!(
+        watches <= restarts + 1,
+        "{watches} pod watches in {IDLE:?} (one per {:?} expected)",
+        reaplet::api::source::WATCH_TIMEOUT
+    );
 }
 
 /// Every request of `user`'s with reaplet's User-Agent the server audited.
