@@ -468,38 +468,3 @@ pub async fn send(
         .flatten()
         .unwrap_or((0, Value::Null))
 }
-
-#[cfg(test)]
-mod audit_tests {
-    use super::one_per_request;
-    use serde_json::json;
-
-    /// A watch is audited twice (ResponseStarted, then ResponseComplete, one auditID): one
-    /// request. Before, the standby_cost test counted 7 pod watches in a 60 s window where the
-    /// server had ended one every 15 s (each completed watch counted twice).
-    #[test]
-    fn a_watch_audited_at_its_start_and_its_end_is_one_request() {
-        let rec = |id: &str, stage: &str, verb: &str, code: u64| {
-            json!({"auditID": id, "stage": stage, "verb": verb, "responseStatus": {"code": code},
-                "objectRef": {"resource": "pods"}})
-        };
-        let log = [
-            rec("w1", "ResponseStarted", "watch", 200),
-            rec("g1", "ResponseComplete", "get", 404),
-            rec("w1", "ResponseComplete", "watch", 200),
-            rec("w2", "ResponseStarted", "watch", 200),
-        ];
-        let got: Vec<(String, u16)> = one_per_request(&log)
-            .into_iter()
-            .map(|a| (a.verb, a.code))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("watch".into(), 200),
-                ("get".into(), 404),
-                ("watch".into(), 200)
-            ]
-        );
-    }
-}
