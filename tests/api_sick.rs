@@ -302,12 +302,14 @@ async fn one_refused_credential_check_not_refused_again_does_not_stop_the_agent(
     );
     let mut kubelet = StandIn::new(h.api.handle(), NODE, Duration::from_millis(500));
     kubelet.start().await;
-    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
-    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
-    cfg.authority = AuthoritySetting::Auto;
-    cfg.kubelet_healthz_url = Some(kubelet.url());
-    cfg.takeover_after = Duration::from_secs(10);
-    cfg.standby_poll = Duration::from_millis(500);
+    let mut cfg = h
+        .standby_config(
+            &node,
+            Some(kubelet.url()),
+            Duration::from_secs(10),
+            Duration::from_millis(500),
+        )
+        .await;
     let grace = Duration::from_secs(3);
     cfg.credentials_grace = grace;
     let agent = tokio::spawn(reaplet::agent::run(cfg, h.cancel.clone()));
@@ -384,13 +386,15 @@ async fn the_pod_list_at_a_takeover_is_a_consistent_read() {
     let _web = pod(&h, "web", 30).await;
     let mut kubelet = StandIn::new(h.api.handle(), NODE, Duration::from_millis(500));
     kubelet.start().await;
-    let kc = h.api.write_kubeconfig(h.root.path(), NODE);
-    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
-    cfg.authority = AuthoritySetting::Auto;
-    cfg.kubelet_healthz_url = Some(kubelet.url());
     let takeover_after = Duration::from_secs(3);
-    cfg.takeover_after = takeover_after;
-    cfg.standby_poll = Duration::from_millis(500);
+    let cfg = h
+        .standby_config(
+            &common::apiserver::User::Node(NODE.into()),
+            Some(kubelet.url()),
+            takeover_after,
+            Duration::from_millis(500),
+        )
+        .await;
     let cancel = h.cancel.clone();
     h.agent = Some(tokio::spawn(async move {
         reaplet::agent::run(cfg, cancel).await.unwrap();

@@ -203,6 +203,20 @@ async fn beside_the_kubelet(n: &mut KubeNode, kc: &Path, ids: &[String], what: &
     log
 }
 
+/// reaplet's `log` names the kubelet's node, read from the credentials (`from`), and it stood
+/// by beside the live kubelet.
+#[track_caller]
+fn stood_by_as_the_node(log: &str, from: &str) {
+    assert!(
+        log.contains(&format!("node={NODE}")) && log.contains(from),
+        "the node name and where it came from ({from}):\n{log}"
+    );
+    assert!(
+        log.contains("a kubelet held the node Lease at start"),
+        "not standing by beside the live kubelet:\n{log}"
+    );
+}
+
 /// The node's own kubeconfig, no `--hostname-override`: the name is the certificate's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_kubeconfig_names_the_node_and_reaplet_stands_by_then_takes_over() {
@@ -211,14 +225,7 @@ async fn the_node_kubeconfig_names_the_node_and_reaplet_stands_by_then_takes_ove
     let kc = n.cluster.node_kubeconfig(NODE);
 
     let log = beside_the_kubelet(&mut n, &kc, &ids, "with the node's kubeconfig").await;
-    assert!(
-        log.contains(&format!("node={NODE}")) && log.contains("credentials certificate"),
-        "the node name and where it came from:\n{log}"
-    );
-    assert!(
-        log.contains("a kubelet held the node Lease at start"),
-        "not standing by beside the live kubelet:\n{log}"
-    );
+    stood_by_as_the_node(&log, "credentials certificate");
     let w = n.reaplet_writes();
     assert!(
         w.is_empty(),
@@ -374,14 +381,7 @@ async fn a_pod_bound_token_names_the_node() {
         "kind": "Pod", "apiVersion": "v1", "name": "reaplet-holder", "uid": uid(&holder)}});
     let kc = sa_kubeconfig(&n, spec, "bound.kubeconfig").await;
     let log = beside_the_kubelet(&mut n, &kc, &ids, "as the pod-bound service account").await;
-    assert!(
-        log.contains(&format!("node={NODE}")) && log.contains("token claim"),
-        "{log}"
-    );
-    assert!(
-        log.contains("a kubelet held the node Lease at start"),
-        "{log}"
-    );
+    stood_by_as_the_node(&log, "token claim");
     let w = lease_watch::sa_writes(&n, SA_USER);
     assert!(w.is_empty(), "reaplet wrote: {w:#?}");
     n.kubelet.stop();

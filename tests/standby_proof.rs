@@ -18,7 +18,6 @@ use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, User};
 use common::standin::{StandIn, node_events, reaplet_requests, serve_healthz, wait_node_event};
 use common::*;
-use reaplet::standby::AuthoritySetting;
 use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use std::time::{Duration, Instant};
 
@@ -39,12 +38,7 @@ async fn spawn_standby(
         .with_env_filter("info")
         .with_test_writer()
         .try_init();
-    let kc = h.api.write_kubeconfig_as(h.root.path(), user);
-    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
-    cfg.authority = AuthoritySetting::Auto;
-    cfg.kubelet_healthz_url = healthz;
-    cfg.takeover_after = takeover_after;
-    cfg.standby_poll = poll;
+    let cfg = h.standby_config(user, healthz, takeover_after, poll).await;
     let cancel = h.cancel.clone();
     h.agent = Some(tokio::spawn(async move {
         reaplet::agent::run(cfg, cancel).await.unwrap();
@@ -350,11 +344,14 @@ async fn a_node_without_its_lease_is_said_for_as_long_as_it_lasts() {
     let port = common::port::free_port();
     let healthz = serve_healthz(port).await;
     let metrics = std::sync::Arc::new(reaplet::metrics::Metrics::new());
-    let kc = api.write_kubeconfig_as(h.root.path(), &User::Node(NODE.into()));
-    let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
-    cfg.authority = AuthoritySetting::Auto;
-    cfg.kubelet_healthz_url = Some(format!("http://127.0.0.1:{port}/healthz"));
-    cfg.standby_poll = POLL;
+    let mut cfg = h
+        .standby_config(
+            &User::Node(NODE.into()),
+            Some(format!("http://127.0.0.1:{port}/healthz")),
+            reaplet::standby::DEFAULT_TAKEOVER_AFTER,
+            POLL,
+        )
+        .await;
     cfg.metrics = Some(metrics.clone());
     let cancel = h.cancel.clone();
     h.agent = Some(tokio::spawn(async move {

@@ -47,6 +47,24 @@ impl ApiHarness {
         cfg
     }
 
+    /// The agent's configuration in standby (auto) as `user`: the kubelet's health endpoint
+    /// `healthz` (`None`: `healthzPort: 0`), the takeover threshold and the poll period.
+    pub async fn standby_config(
+        &self,
+        user: &super::apiserver::User,
+        healthz: Option<String>,
+        takeover_after: Duration,
+        poll: Duration,
+    ) -> AgentConfig {
+        let kc = self.api.write_kubeconfig_as(self.root.path(), user);
+        let mut cfg = self.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
+        cfg.authority = reaplet::standby::AuthoritySetting::Auto;
+        cfg.kubelet_healthz_url = healthz;
+        cfg.takeover_after = takeover_after;
+        cfg.standby_poll = poll;
+        cfg
+    }
+
     /// Starts the agent in this process, connected as its node; does not wait for it.
     pub async fn spawn_agent(&mut self) {
         self.spawn_agent_as(reaplet::standby::AuthoritySetting::Auto)

@@ -115,6 +115,23 @@ fn ensure(cond: bool, msg: impl FnOnce() -> String) -> R<()> {
 }
 
 /// Polls `f` every 50 ms until it yields `Some` or `limit` passes.
+/// The container log at `log` once the preStop hook's line (`prestop-ran`) is in it: the
+/// runtime copies a container's output to its log asynchronously, so the line is waited for
+/// (up to [`SLACK`]), not read once; what the log holds is returned when it never comes.
+async fn prestop_line(log: &Path) -> String {
+    wait_for(
+        Duration::from_secs_f64(SLACK),
+        "the preStop hook's line",
+        || async {
+            std::fs::read_to_string(log)
+                .ok()
+                .filter(|t| t.contains("prestop-ran"))
+        },
+    )
+    .await
+    .unwrap_or_else(|_| std::fs::read_to_string(log).unwrap_or_default())
+}
+
 async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> R<T>
 where
     F: FnMut() -> Fut,
@@ -610,19 +627,7 @@ async fn manifest_removal(g: &Guest) -> R<(String, Vec<PodUid>)> {
             .join("logs")
             .join(pods[2].1.uid.as_str())
             .join("app/0.log");
-    // the hook's line reaches the container's log as the runtime copies it: waited for, not
-    // read once (issue 44); what is there is reported when it never comes
-    let hook_out = wait_for(
-        Duration::from_secs_f64(SLACK),
-        "the preStop hook's line",
-        || async {
-            std::fs::read_to_string(&log)
-                .ok()
-                .filter(|t| t.contains("prestop-ran"))
-        },
-    )
-    .await
-    .unwrap_or_else(|_| std::fs::read_to_string(&log).unwrap_or_default());
+    let hook_out = prestop_line(&log).await;
     ensure(
         code(2) == 0 && after(2) >= 1.0 && hook_out.contains("prestop-ran"),
         || {

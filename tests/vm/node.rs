@@ -280,19 +280,7 @@ async fn takeover(n: &Node) -> R<String> {
         TAKEN[0],
         uid.as_str()
     ));
-    // the hook's line reaches the container's log as the runtime copies it: waited for, not
-    // read once (issue 44); what is there is reported when it never comes
-    let hook_out = wait_for(
-        Duration::from_secs_f64(SLACK),
-        "the preStop hook's line",
-        || async {
-            std::fs::read_to_string(&log)
-                .ok()
-                .filter(|t| t.contains("prestop-ran"))
-        },
-    )
-    .await
-    .unwrap_or_else(|_| std::fs::read_to_string(&log).unwrap_or_default());
+    let hook_out = super::prestop_line(&log).await;
     ensure(
         hooked[0].1 == 0 && t_hook >= 1.0 && hook_out.contains("prestop-ran"),
         || {
