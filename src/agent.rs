@@ -483,7 +483,11 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             tracker.spawn(async move {
                 loop {
                     let problem = decisions.borrow_and_update().reason.identity_problem();
-                    for p in ["node_missing", "lease_missing"] {
+                    // the decision's problems; pod_bound_elsewhere is the workers' to set
+                    let ours = crate::metrics::IdentityProblem::ALL
+                        .into_iter()
+                        .filter(|p| *p != crate::metrics::IdentityProblem::PodBoundElsewhere);
+                    for p in ours {
                         m.set_identity_problem(p, problem == Some(p));
                     }
                     if decisions.changed().await.is_err() {

@@ -60,19 +60,43 @@ pub struct SpanDropLabel {
     pub reason: &'static str,
 }
 
-/// What is wrong with the node's name ([`IDENTITY_PROBLEMS`]).
+/// The label of `reaplet_node_identity_problem`: one of [`IdentityProblem::as_str`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IdentityProblemLabel {
     pub problem: &'static str,
 }
 
-/// The bounded values of `reaplet_node_identity_problem`'s `problem` label:
-/// * `pod_bound_elsewhere`: a runtime pod taken for an orphan has its object, same UID, bound
-///   to another node: reaplet's node name is wrong ([`crate::workers`]' orphan confirmation);
-/// * `node_missing`: no Node object under reaplet's node name while something answers on the
-///   kubelet's health endpoint; `lease_missing`: the Node exists, its Lease does not (the
-///   standby start decision).
-pub const IDENTITY_PROBLEMS: [&str; 3] = ["pod_bound_elsewhere", "node_missing", "lease_missing"];
+/// What is wrong with the node's name: the bounded values of `reaplet_node_identity_problem`'s
+/// `problem` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdentityProblem {
+    /// `pod_bound_elsewhere`: a runtime pod taken for an orphan has its object, same UID,
+    /// bound to another node: reaplet's node name is wrong ([`crate::workers`]' orphan
+    /// confirmation).
+    PodBoundElsewhere,
+    /// `node_missing`: no Node object under reaplet's node name while something answers on the
+    /// kubelet's health endpoint (the standby decision).
+    NodeMissing,
+    /// `lease_missing`: the Node exists, its Lease does not (the standby decision).
+    LeaseMissing,
+}
+
+impl IdentityProblem {
+    pub const ALL: [IdentityProblem; 3] = [
+        IdentityProblem::PodBoundElsewhere,
+        IdentityProblem::NodeMissing,
+        IdentityProblem::LeaseMissing,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityProblem::PodBoundElsewhere => "pod_bound_elsewhere",
+            IdentityProblem::NodeMissing => "node_missing",
+            IdentityProblem::LeaseMissing => "lease_missing",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabel {
@@ -210,7 +234,7 @@ pub struct Metrics {
     /// Spans the trace export dropped, by reason ([`crate::otel::DROP_REASONS`]); every reason
     /// present from the start, at 0.
     pub tracing_spans_dropped: Family<SpanDropLabel, Counter>,
-    /// 1 while the node's name is known to be wrong, by problem ([`IDENTITY_PROBLEMS`]); every
+    /// 1 while the node's name is known to be wrong, by problem ([`IdentityProblem`]); every
     /// problem present from the start, at 0.
     pub node_identity_problem: Family<IdentityProblemLabel, Gauge>,
     started: Mutex<HashMap<PodUid, Instant>>,
@@ -360,9 +384,11 @@ impl Metrics {
             "1 while reaplet's node name is known to be wrong, by problem: pod_bound_elsewhere (a runtime pod's object is bound to another node: no orphan is ended), node_missing (no Node under the name while the kubelet's health endpoint answers), lease_missing (the Node exists, its Lease does not)",
             m.node_identity_problem.clone(),
         );
-        for problem in IDENTITY_PROBLEMS {
+        for problem in IdentityProblem::ALL {
             m.node_identity_problem
-                .get_or_create(&IdentityProblemLabel { problem })
+                .get_or_create(&IdentityProblemLabel {
+                    problem: problem.as_str(),
+                })
                 .set(0);
         }
         let m = Metrics { registry, ..m };
@@ -431,14 +457,13 @@ impl Metrics {
             .remove(uid);
     }
 
-    /// Sets `reaplet_node_identity_problem{problem}` (one of [`IDENTITY_PROBLEMS`]; any other
-    /// value is ignored, so the label set stays bounded).
-    pub fn set_identity_problem(&self, problem: &'static str, on: bool) {
-        if let Some(problem) = IDENTITY_PROBLEMS.into_iter().find(|p| *p == problem) {
-            self.node_identity_problem
-                .get_or_create(&IdentityProblemLabel { problem })
-                .set(i64::from(on));
-        }
+    /// Sets `reaplet_node_identity_problem{problem}`.
+    pub fn set_identity_problem(&self, problem: IdentityProblem, on: bool) {
+        self.node_identity_problem
+            .get_or_create(&IdentityProblemLabel {
+                problem: problem.as_str(),
+            })
+            .set(i64::from(on));
     }
 
     /// Sets the working-pods gauges to `counts` (by lifecycle state and source): every
@@ -579,16 +604,23 @@ mod tests {
                 let line = format!("reaplet_tracing_spans_dropped_total{{reason=\"{reason}\"}} 0");
                 assert!(text.contains(&line), "{line} missing:\n{text}");
             }
-            for problem in IDENTITY_PROBLEMS {
-                let line = format!("reaplet_node_identity_problem{{problem=\"{problem}\"}} 0");
+            for problem in IdentityProblem::ALL {
+                let line = format!(
+                    "reaplet_node_identity_problem{{problem=\"{}\"}} 0",
+                    problem.as_str()
+                );
                 assert!(text.contains(&line), "{line} missing:\n{text}");
             }
         }
-        m.set_identity_problem("pod_bound_elsewhere", true);
-        m.set_identity_problem("not_a_problem", true);
+        m.set_identity_problem(IdentityProblem::PodBoundElsewhere, true);
         let text = m.encode(Exposition::Prometheus);
         assert!(text.contains("reaplet_node_identity_problem{problem=\"pod_bound_elsewhere\"} 1"));
-        assert!(!text.contains("not_a_problem"), "{text}");
+        // the label set stays bounded: exactly one series per problem
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("reaplet_node_identity_problem{"))
+            .count();
+        assert_eq!(series, IdentityProblem::ALL.len(), "{text}");
         let phase = PodPhase::ALL[1].as_str();
         m.set_working_pods(&HashMap::from([((phase, "api"), 3)]));
         let text = m.encode(Exposition::Prometheus);

@@ -281,6 +281,21 @@ impl FakeRuntime {
             .map(|(_, _, code)| *code)
     }
 
+    /// Container `id` exits with `code` on its own (its process ended), and the newest event
+    /// subscription, if any, is told so (CRI `CONTAINER_STOPPED_EVENT`).
+    pub fn exit_with_event(&self, id: &str, code: i32) {
+        self.exit(id, code);
+        let tx = self.lock().events_tx.clone();
+        if let Some(tx) = tx {
+            let _ = tx.try_send(super::ContainerEvent {
+                container_id: id.into(),
+                kind: super::ContainerEventKind::Exited,
+                exit_code: Some(code),
+                exited_at: Some(self.now_ns()),
+            });
+        }
+    }
+
     fn exit(&self, id: &str, code: i32) {
         if let Some(e) = self
             .lock()

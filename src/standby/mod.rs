@@ -400,12 +400,13 @@ impl Reason {
     }
 
     /// A sign that reaplet's node name may not be the kubelet's: the
-    /// `reaplet_node_identity_problem` label it raises (`lease_missing`: a Node without its
-    /// Lease; `node_missing`: no Node under the name).
-    pub fn identity_problem(self) -> Option<&'static str> {
+    /// `reaplet_node_identity_problem` it raises (a Node without its Lease; no Node under the
+    /// name).
+    pub fn identity_problem(self) -> Option<crate::metrics::IdentityProblem> {
+        use crate::metrics::IdentityProblem;
         match self {
-            Self::NodeWithoutLease | Self::LeaseMissing => Some("lease_missing"),
-            Self::NoNodeKubeletAnswers | Self::NodeMissing => Some("node_missing"),
+            Self::NodeWithoutLease | Self::LeaseMissing => Some(IdentityProblem::LeaseMissing),
+            Self::NoNodeKubeletAnswers | Self::NodeMissing => Some(IdentityProblem::NodeMissing),
             _ => None,
         }
     }

@@ -452,7 +452,10 @@ fn a_missing_lease_is_no_kubelet_only_when_nothing_says_there_is_one() {
             (Role::Passive, Reason::NoNodeKubeletAnswers)
         );
         assert!(d.reason.is_warning());
-        assert_eq!(d.reason.identity_problem(), Some("node_missing"));
+        assert_eq!(
+            d.reason.identity_problem(),
+            Some(crate::metrics::IdentityProblem::NodeMissing)
+        );
     }
     for health in [Health::Ok, Health::Failed, Health::Gone, Health::Disabled] {
         let d = s(NodeAtStart::Exists, health);
@@ -461,7 +464,10 @@ fn a_missing_lease_is_no_kubelet_only_when_nothing_says_there_is_one() {
             (Role::Passive, Reason::NodeWithoutLease)
         );
         assert!(d.reason.is_warning());
-        assert_eq!(d.reason.identity_problem(), Some("lease_missing"));
+        assert_eq!(
+            d.reason.identity_problem(),
+            Some(crate::metrics::IdentityProblem::LeaseMissing)
+        );
         let d = s(NodeAtStart::Unknown, health);
         assert_eq!(
             (d.role, d.reason),
@@ -490,8 +496,8 @@ fn a_takeover_needs_its_proof() {
         assert_eq!((d.role, d.reason), (Role::Passive, reason));
         assert!(d.reason.is_warning());
         let label = match proof {
-            Proof::LeaseMissing => Some("lease_missing"),
-            Proof::NodeMissing => Some("node_missing"),
+            Proof::LeaseMissing => Some(crate::metrics::IdentityProblem::LeaseMissing),
+            Proof::NodeMissing => Some(crate::metrics::IdentityProblem::NodeMissing),
             _ => None,
         };
         assert_eq!(d.reason.identity_problem(), label);

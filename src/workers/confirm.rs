@@ -8,13 +8,15 @@
 //! Invariants:
 //! * read only for orphan candidates (runtime pods unknown to every source, judged only while
 //!   acting), one GET from the watch cache (`resourceVersion=0`) by the namespace and name of
-//!   the pod's sandbox labels, bounded by [`crate::api::REQUEST_TIMEOUT`]; a candidate is read
-//!   again at most every [`RECHECK`];
+//!   the pod's sandbox labels, bounded by [`crate::api::REQUEST_TIMEOUT`]; a candidate still
+//!   there is read again after [`RECHECK`]; one whose read failed after the delay the crate's
+//!   [`Backoff`] draws for it ([`Policy::API`], honoring the server's `Retry-After`), never
+//!   sooner than [`RECHECK`];
 //! * a pass's reads never hold the housekeeping loop long: [`READS_AT_ONCE`] in flight, all
 //!   within [`READ_BUDGET`] (a small part of the runtime's stall threshold, so a slow API
 //!   server never stops the relists nor gets the runtime taken for stalled); none while the
-//!   API server is known unreachable. A candidate left unread, or whose read was cut off,
-//!   is undecided: read in a later pass, never ended on it;
+//!   API server is known unreachable. A candidate left unread is due in the next pass; one
+//!   whose read was cut off failed as a slow answer: neither is ended on it;
 //! * gone: no object under the name, one with another UID (deleted and made again), or the
 //!   Node authorizer's "no relationship" to a node identity (gone, or not this node's: a node
 //!   cannot tell, and the node identity's name is the credentials', never wrong); any other
@@ -24,20 +26,33 @@
 //!   orphan and no sandbox or leftover is removed while it lasts; it is said once when found
 //!   (an error line, a `NodeNameMismatch` event on the pod, the
 //!   `reaplet_node_identity_problem{problem="pod_bound_elsewhere"}` gauge) and while it lasts
-//!   `/readyz` fails with the reason ([`super::PodWorkers::identity_problem`]); later passes
-//!   read again, and it is cleared (one line) only once the pod that showed it is read gone
-//!   or bound here, or has left the runtime; a read that decided nothing leaves it standing.
+//!   `/readyz` fails with the reason ([`super::PodWorkers::identity_problem`]);
+//! * while it lasts no read can end anything: only the pod that showed it is read (every
+//!   [`RECHECK`]); the other candidates stay due and are read in the pass that finds it over;
+//!   it is over (one line, the gauge back to 0) only once that pod is read gone or bound here,
+//!   or a full relist finds it no longer in the runtime; a read that decided nothing leaves it
+//!   standing;
+//! * only a full relist ([`Pass::Full`]) sees every candidate: only it forgets the timers of
+//!   candidates it did not see, or takes the problem's pod's absence for its leaving; a
+//!   targeted one (one pod's relist after its container's event) updates only what it read.
 
-use crate::pod::PodUid;
-use std::collections::HashMap;
+use super::{KillRequest, PodSource, PodWorkers};
+use crate::backoff::{Backoff, Failure, Policy};
+use crate::cri::Runtime;
+use crate::lifecycle::KillReason;
+use crate::metrics::IdentityProblem;
+use crate::pod::{PodInfo, PodUid};
+use crate::terminating::grace;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A candidate whose read decided nothing, or showed it still there, is read again no sooner
-/// than this (a handful of GETs a minute at most, only while reaplet acts and such pods exist).
+/// A candidate still there (its object bound here, elsewhere or to no node yet) is read again
+/// no sooner than this, and so is one whose read failed (a handful of GETs a minute at most,
+/// only while reaplet acts and such pods exist).
 pub const RECHECK: Duration = Duration::from_secs(10);
 
 /// All of one pass's reads get this long together: a pass must never hold the housekeeping
@@ -49,9 +64,6 @@ pub const READ_BUDGET: Duration = Duration::from_secs(3);
 /// How many reads of one pass are in flight at once.
 pub const READS_AT_ONCE: usize = 4;
 
-/// The metric label of the one problem this module finds.
-pub const PROBLEM: &str = "pod_bound_elsewhere";
-
 /// What a read of the pod object by name found: its UID and the node it is bound to (empty:
 /// none yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,14 +73,15 @@ pub struct Stored {
 }
 
 /// A read that decided nothing: why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LookupError {
     /// The Node authorizer has no relationship between this node and the object: gone, or
     /// bound to another node (a node identity cannot tell).
     #[error("no relationship between this node and the object")]
     NoRelationship,
-    #[error("{0}")]
-    Failed(String),
+    /// Any other failure: what it tells the backoff is [`crate::api::RequestError::failure`].
+    #[error(transparent)]
+    Failed(Arc<crate::api::RequestError>),
 }
 
 /// Reads a pod object by namespace and name (the API server in production).
@@ -120,7 +133,7 @@ impl ObjectLookup for ApiLookup {
                 })),
                 Err(e) if e.code() == Some(404) => Ok(None),
                 Err(e) if e.forbidden_no_relationship() => Err(LookupError::NoRelationship),
-                Err(e) => Err(LookupError::Failed(e.to_string())),
+                Err(e) => Err(LookupError::Failed(Arc::new(e))),
             }
         })
     }
@@ -139,8 +152,10 @@ pub enum Verdict {
     Here,
     /// Its object is bound to `0`: reaplet's node name is wrong.
     Elsewhere(String),
-    /// Nothing decided (a failed read, an object bound to no node): read again later.
+    /// Its object is there, bound to no node: nothing decided, read again after [`RECHECK`].
     Undecided(String),
+    /// The read failed: nothing decided, read again after the candidate's backoff.
+    Failed { failure: Failure, why: String },
 }
 
 /// The verdict of a read of candidate `uid` for node `node`.
@@ -153,7 +168,10 @@ pub fn verdict(node: &str, uid: &PodUid, read: Result<Option<Stored>, LookupErro
             Verdict::Undecided("its object is bound to no node".into())
         }
         Ok(Some(s)) => Verdict::Elsewhere(s.node),
-        Err(LookupError::Failed(why)) => Verdict::Undecided(why),
+        Err(LookupError::Failed(e)) => Verdict::Failed {
+            failure: e.failure(),
+            why: e.to_string(),
+        },
     }
 }
 
@@ -164,6 +182,14 @@ pub struct Candidate {
     pub uid: PodUid,
     pub namespace: String,
     pub name: String,
+}
+
+/// What a pass's relist saw: its candidates are all of the runtime's ([`Pass::Full`]) or
+/// those of the pods it relisted ([`Pass::Targeted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    Full,
+    Targeted,
 }
 
 /// The problem while it lasts: the pod that showed it, and the node its object is bound to.
@@ -184,7 +210,10 @@ pub struct Confirmer {
 
 #[derive(Default)]
 struct State {
+    /// When each candidate may be read again (absent: due).
     next_read: HashMap<PodUid, Instant>,
+    /// The backoff of each candidate whose last read failed.
+    failing: HashMap<PodUid, Backoff>,
     mismatch: Option<Mismatch>,
 }
 
@@ -195,8 +224,18 @@ pub struct Outcome {
     pub gone: Vec<PodUid>,
     /// The problem was found in this pass, having not been there before.
     pub found: Option<Mismatch>,
-    /// The problem was there before and no pass read shows it any more.
+    /// The problem was there before and is over.
     pub cleared: Option<Mismatch>,
+}
+
+/// What one round of reads decided.
+#[derive(Default)]
+struct Judged {
+    gone: Vec<PodUid>,
+    /// Read gone or bound here.
+    decided: HashSet<PodUid>,
+    /// The first read bound to another node.
+    elsewhere: Option<Mismatch>,
 }
 
 impl Confirmer {
@@ -221,92 +260,147 @@ impl Confirmer {
         self.state().mismatch.clone()
     }
 
+    /// Whether the problem stands.
+    pub fn has_mismatch(&self) -> bool {
+        self.state().mismatch.is_some()
+    }
+
     /// Confirms one pass's `candidates` (reading those due, [`READS_AT_ONCE`] at a time within
-    /// [`READ_BUDGET`]; none while the API server is known unreachable), and updates the
-    /// problem. A candidate left unread is read in a later pass; nothing is ended on it.
-    pub async fn confirm(&self, candidates: Vec<Candidate>) -> Outcome {
+    /// [`READ_BUDGET`]; none while the API server is known unreachable; only the problem's
+    /// pod while it stands), and updates the problem. A candidate left unread is read in a
+    /// later pass; nothing is ended on it.
+    pub async fn confirm(&self, candidates: Vec<Candidate>, pass: Pass) -> Outcome {
         let now = Instant::now();
-        let all: Vec<PodUid> = candidates.iter().map(|c| c.uid.clone()).collect();
-        let due: Vec<Candidate> = {
+        let deadline = now + READ_BUDGET;
+        let seen: HashSet<PodUid> = candidates.iter().map(|c| c.uid.clone()).collect();
+        let standing = {
             let mut st = self.state();
-            // forget candidates no longer in the runtime's pass (ended, or gone)
-            st.next_read.retain(|uid, _| all.contains(uid));
+            if pass == Pass::Full {
+                // forget candidates no longer in the runtime (ended, or gone)
+                st.next_read.retain(|uid, _| seen.contains(uid));
+                st.failing.retain(|uid, _| seen.contains(uid));
+            }
+            st.mismatch.clone()
+        };
+        // while the name is known wrong only the pod that showed it is read: no other read
+        // could end anything
+        let (first, rest): (Vec<Candidate>, Vec<Candidate>) = candidates
+            .into_iter()
+            .partition(|c| standing.as_ref().is_none_or(|m| m.uid == c.uid));
+        let mut judged = self.judge(first, now, deadline).await;
+        // over once its pod is read where it belongs (gone, or here: rebound, deleted) or a
+        // full relist no longer finds it (ended by its kubelet); a read that decided nothing
+        // (an error, a timeout, not read at all) leaves it standing
+        let over = standing.as_ref().is_some_and(|m| {
+            judged.elsewhere.is_none()
+                && (judged.decided.contains(&m.uid)
+                    || (pass == Pass::Full && !seen.contains(&m.uid)))
+        });
+        if over {
+            // the others, held while it stood, are read now
+            let more = self.judge(rest, now, deadline).await;
+            judged.gone.extend(more.gone);
+            judged.elsewhere = more.elsewhere;
+        }
+        let mut out = Outcome {
+            gone: judged.gone,
+            ..Outcome::default()
+        };
+        let mut st = self.state();
+        match (judged.elsewhere, standing) {
+            (Some(m), None) => {
+                st.mismatch = Some(m.clone());
+                out.found = Some(m);
+            }
+            // the same problem, maybe shown by another pod now
+            (Some(m), Some(_)) => st.mismatch = Some(m),
+            (None, Some(_)) if over => out.cleared = st.mismatch.take(),
+            (None, _) => {}
+        }
+        if st.mismatch.is_some() {
+            // nothing is an orphan while the name is wrong: what was found gone is due again,
+            // read once it is over
+            for uid in out.gone.drain(..) {
+                st.next_read.remove(&uid);
+            }
+        }
+        out
+    }
+
+    /// Reads those of `candidates` that are due (a nameless one has no object to read: gone)
+    /// until `deadline`, and what their reads say; sets when each is read again.
+    async fn judge(&self, candidates: Vec<Candidate>, now: Instant, deadline: Instant) -> Judged {
+        let mut judged = Judged::default();
+        let due: Vec<Candidate> = {
+            let st = self.state();
             candidates
                 .into_iter()
                 .filter(|c| st.next_read.get(&c.uid).is_none_or(|t| *t <= now))
                 .collect()
         };
-        let mut out = Outcome::default();
-        // a runtime pod with no name has no object to read
         let (nameless, to_read): (Vec<Candidate>, Vec<Candidate>) =
             due.into_iter().partition(|c| c.name.is_empty());
-        out.gone.extend(nameless.into_iter().map(|c| c.uid));
-        let reads = match self.lookup.reachable() {
-            true => self.read(&to_read, now + READ_BUDGET).await,
+        judged.gone.extend(nameless.into_iter().map(|c| c.uid));
+        if to_read.is_empty() || !self.lookup.reachable() {
             // every read would wait its timeout: all stay due, read once it is reachable
-            false => Vec::new(),
-        };
-        let mut elsewhere: Option<Mismatch> = None;
-        // candidates whose read decided where their object is (gone, or here)
-        let mut decided: Vec<PodUid> = Vec::new();
-        for (c, read) in to_read.iter().zip(reads) {
+            return judged;
+        }
+        let reads = self.read(&to_read, deadline).await;
+        for (c, read) in to_read.into_iter().zip(reads) {
             let key = format!("{}/{}", c.namespace, c.name);
             let verdict = match read {
                 Read::Answered(read) => verdict(&self.node, &c.uid, read),
-                Read::CutOff => {
-                    Verdict::Undecided("no answer within the pass's read budget".into())
-                }
+                Read::CutOff => Verdict::Failed {
+                    failure: Failure::Slow,
+                    why: "no answer within the pass's read budget".into(),
+                },
                 // not started: due in the next pass
                 Read::NotStarted => continue,
             };
-            match verdict {
+            let mut st = self.state();
+            let next = match verdict {
+                Verdict::Failed { failure, why } => {
+                    let wait = st
+                        .failing
+                        .entry(c.uid.clone())
+                        .or_insert_with(|| Backoff::new(Policy::API))
+                        .failed(failure, rand::random())
+                        .max(RECHECK);
+                    tracing::debug!(pod = %key, podUID = %c.uid, why = %why, retryIn = ?wait, "orphan not confirmed: read again later");
+                    st.next_read.insert(c.uid, now + wait);
+                    continue;
+                }
                 Verdict::Gone => {
-                    decided.push(c.uid.clone());
-                    out.gone.push(c.uid.clone());
+                    judged.decided.insert(c.uid.clone());
+                    judged.gone.push(c.uid.clone());
+                    None
                 }
                 Verdict::Here => {
-                    decided.push(c.uid.clone());
+                    judged.decided.insert(c.uid.clone());
                     tracing::debug!(pod = %key, podUID = %c.uid, "runtime pod's object is bound to this node: not an orphan (not delivered yet)");
+                    Some(now + RECHECK)
                 }
                 Verdict::Elsewhere(node) => {
-                    elsewhere.get_or_insert(Mismatch {
+                    judged.elsewhere.get_or_insert(Mismatch {
                         pod: key,
                         uid: c.uid.clone(),
                         bound_to: node,
                     });
+                    Some(now + RECHECK)
                 }
                 Verdict::Undecided(why) => {
                     tracing::debug!(pod = %key, podUID = %c.uid, why = %why, "orphan not confirmed: read again later");
+                    Some(now + RECHECK)
                 }
-            }
-            if !out.gone.contains(&c.uid) {
-                self.state().next_read.insert(c.uid.clone(), now + RECHECK);
-            }
+            };
+            // answered: the failures are over
+            st.failing.remove(&c.uid);
+            match next {
+                Some(at) => st.next_read.insert(c.uid, at),
+                None => st.next_read.remove(&c.uid),
+            };
         }
-        let mut st = self.state();
-        match (elsewhere, st.mismatch.clone()) {
-            (Some(m), None) => {
-                st.mismatch = Some(m.clone());
-                out.found = Some(m);
-            }
-            (Some(m), Some(_)) => st.mismatch = Some(m),
-            // fixed only once the pod that showed it is read where it belongs (gone, or here:
-            // rebound, deleted) or is no longer in the runtime (ended by its kubelet); a read
-            // that decided nothing (an error, a timeout, not read at all) leaves it standing
-            (None, Some(p)) => {
-                if !all.contains(&p.uid) || decided.contains(&p.uid) {
-                    out.cleared = st.mismatch.take();
-                }
-            }
-            (None, None) => {}
-        }
-        if st.mismatch.is_some() {
-            // nothing is an orphan while the name is wrong; what was found gone is read again
-            for uid in out.gone.drain(..) {
-                st.next_read.insert(uid, now + RECHECK);
-            }
-        }
-        out
+        judged
     }
 
     /// Reads `candidates` [`READS_AT_ONCE`] at a time until `deadline`: one [`Read`] for each,
@@ -362,214 +456,107 @@ impl Confirmer {
 /// One candidate's read in a pass.
 enum Read {
     Answered(Result<Option<Stored>, LookupError>),
-    /// Started, with no answer by the pass's deadline: decides nothing, read again after
-    /// [`RECHECK`].
+    /// Started, with no answer by the pass's deadline: a slow answer (the candidate's backoff
+    /// grows).
     CutOff,
     /// Not started by the deadline: due in the next pass.
     NotStarted,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl<R: Runtime> PodWorkers<R> {
+    /// Ends the `orphans` (and removes the finished orphans' sandboxes, `gc`) whose pods a read
+    /// confirms gone; all of them when there is no API to read. Says so when the reads show
+    /// the node's name wrong, and when that is over. Returns the sandboxes to remove.
+    pub(super) async fn end_confirmed_orphans(
+        &self,
+        orphans: Vec<(PodInfo, Candidate)>,
+        gc: Vec<(Candidate, Vec<String>)>,
+        pass: Pass,
+    ) -> Vec<String> {
+        let (orphans, gc) = self.confirm_orphans(orphans, gc, pass).await;
+        for info in orphans {
+            tracing::info!(pod = %info.key(), podUID = %info.uid, "orphaned runtime pod found");
+            if let Some(m) = self.inner.metrics.get() {
+                m.orphaned_runtime_pods.inc();
+            }
+            let kill = KillRequest::new(KillReason::Orphan).grace(Some(grace::ORPHAN_GRACE));
+            self.deliver_from(info, PodSource::Runtime, kill);
+        }
+        gc
+    }
 
-    #[test]
-    fn the_verdict_compares_the_uid_and_the_node() {
-        let uid = PodUid::parse("u1").unwrap();
-        let stored = |uid: &str, node: &str| {
-            Ok(Some(Stored {
-                uid: uid.into(),
-                node: node.into(),
-            }))
+    /// The orphans and the finished orphans' sandboxes whose pods a read confirms gone
+    /// ([`Confirmer::confirm`]).
+    async fn confirm_orphans(
+        &self,
+        orphans: Vec<(PodInfo, Candidate)>,
+        gc: Vec<(Candidate, Vec<String>)>,
+        pass: Pass,
+    ) -> (Vec<PodInfo>, Vec<String>) {
+        let Some(confirmer) = self.inner.confirm.get() else {
+            let ids = gc.into_iter().flat_map(|(_, ids)| ids).collect();
+            return (orphans.into_iter().map(|(p, _)| p).collect(), ids);
         };
-        assert_eq!(verdict("a", &uid, Ok(None)), Verdict::Gone);
-        assert_eq!(
-            verdict("a", &uid, Err(LookupError::NoRelationship)),
-            Verdict::Gone
-        );
-        assert_eq!(
-            verdict("a", &uid, stored("u2", "b")),
-            Verdict::Gone,
-            "made again"
-        );
-        assert_eq!(verdict("a", &uid, stored("u1", "a")), Verdict::Here);
-        assert_eq!(
-            verdict("a", &uid, stored("u1", "b")),
-            Verdict::Elsewhere("b".into())
-        );
-        assert!(matches!(
-            verdict("a", &uid, stored("u1", "")),
-            Verdict::Undecided(_)
-        ));
-        assert_eq!(
-            verdict("a", &uid, Err(LookupError::Failed("500".into()))),
-            Verdict::Undecided("500".into())
-        );
-    }
-
-    /// A watch cache whose reads each take `delay` (an API brownout: a read that times out),
-    /// answering `answers` by name (else gone), and recording every read asked of it.
-    #[derive(Default)]
-    struct Slow {
-        delay: Mutex<Duration>,
-        unreachable: bool,
-        answers: Mutex<HashMap<String, Result<Option<Stored>, LookupError>>>,
-        reads: Mutex<Vec<String>>,
-    }
-
-    impl ObjectLookup for std::sync::Arc<Slow> {
-        fn get<'a>(
-            &'a self,
-            _namespace: &'a str,
-            name: &'a str,
-        ) -> Pin<Box<dyn Future<Output = Result<Option<Stored>, LookupError>> + Send + 'a>>
+        // a full pass with no candidate still reads nothing, but may find the problem over
+        // (its pod left the runtime)
+        if orphans.is_empty()
+            && gc.is_empty()
+            && (pass == Pass::Targeted || !confirmer.has_mismatch())
         {
-            self.reads.lock().unwrap().push(name.to_owned());
-            Box::pin(async move {
-                let delay = *self.delay.lock().unwrap();
-                tokio::time::sleep(delay).await;
-                let answers = self.answers.lock().unwrap();
-                answers.get(name).cloned().unwrap_or(Ok(None))
-            })
+            return (Vec::new(), Vec::new());
         }
-
-        fn reachable(&self) -> bool {
-            !self.unreachable
-        }
-    }
-
-    fn candidates(names: &[&str]) -> Vec<Candidate> {
-        names
+        let candidates = orphans
             .iter()
-            .map(|n| Candidate {
-                uid: PodUid::parse(n).unwrap(),
-                namespace: "ns".into(),
-                name: (*n).to_owned(),
-            })
-            .collect()
-    }
-
-    fn confirmer(slow: &std::sync::Arc<Slow>) -> Confirmer {
-        Confirmer::new(Box::new(slow.clone()), "node-a")
-    }
-
-    /// The default runtime stall threshold (`runtime_unhealthy_after`): a pass's reads must
-    /// stay well under it.
-    fn stall_threshold() -> Duration {
-        super::super::PipelineConfig::default().runtime_unhealthy_after
-    }
-
-    /// A takeover with 20 force-deleted pods left in the runtime, during an API brownout
-    /// (every read waits its whole request timeout): one pass's reads take the budget at most,
-    /// a small part of the stall threshold, not 20 request timeouts; nothing is ended on a read
-    /// that did not answer. Once the API answers again, later passes decide every one of them.
-    #[tokio::test(start_paused = true)]
-    async fn a_slow_api_holds_a_pass_for_the_read_budget_at_most() {
-        assert!(READ_BUDGET * 5 <= stall_threshold());
-        let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let slow = std::sync::Arc::new(Slow {
-            delay: Mutex::new(crate::api::REQUEST_TIMEOUT),
-            ..Slow::default()
-        });
-        let c = confirmer(&slow);
-        let t0 = Instant::now();
-        let out = c.confirm(candidates(&names)).await;
-        let took = t0.elapsed();
-        assert!(
-            took <= READ_BUDGET,
-            "one pass's reads took {took:?} (budget {READ_BUDGET:?}, stall threshold {:?})",
-            stall_threshold()
-        );
-        assert!(out.gone.is_empty(), "ended on no answer: {:?}", out.gone);
-        // the API answers again: those not read yet are read in the next pass, those whose
-        // read was cut off once their RECHECK is over; every one is decided gone by then
-        *slow.delay.lock().unwrap() = Duration::ZERO;
-        let read_first = slow.reads.lock().unwrap().len();
-        let mut gone = std::collections::HashSet::new();
-        let end = Instant::now() + RECHECK + Duration::from_secs(2);
-        let mut passes = 0;
-        while Instant::now() < end && gone.len() < names.len() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let left = candidates(&names)
-                .into_iter()
-                .filter(|c| !gone.contains(&c.uid))
-                .collect();
-            let out = c.confirm(left).await;
-            gone.extend(out.gone);
-            passes += 1;
-            if passes == 1 {
-                assert_eq!(
-                    gone.len(),
-                    names.len() - read_first,
-                    "not read yet: read now"
-                );
+            .map(|(_, c)| c.clone())
+            .chain(gc.iter().map(|(c, _)| c.clone()))
+            .collect();
+        let out = confirmer.confirm(candidates, pass).await;
+        if let Some(m) = &out.found {
+            self.mismatch_found(confirmer.node(), m);
+        }
+        if let Some(m) = &out.cleared {
+            tracing::info!(node = %confirmer.node(), pod = %m.pod, "no runtime pod's object is bound to another node any more: orphans are confirmed and ended again");
+            if let Some(metrics) = self.inner.metrics.get() {
+                metrics.set_identity_problem(IdentityProblem::PodBoundElsewhere, false);
             }
         }
-        assert_eq!(gone.len(), names.len(), "after {passes} passes");
+        let gone: HashSet<&PodUid> = out.gone.iter().collect();
+        (
+            orphans
+                .into_iter()
+                .filter(|(p, _)| gone.contains(&p.uid))
+                .map(|(p, _)| p)
+                .collect(),
+            gc.into_iter()
+                .filter(|(c, _)| gone.contains(&c.uid))
+                .flat_map(|(_, ids)| ids)
+                .collect(),
+        )
     }
 
-    /// While the API server is known unreachable nothing is read (each read would only wait
-    /// its timeout) and nothing ended; once it is reachable the candidates are read at once.
-    #[tokio::test(start_paused = true)]
-    async fn nothing_is_read_while_the_api_is_unreachable() {
-        let slow = std::sync::Arc::new(Slow {
-            delay: Mutex::new(crate::api::REQUEST_TIMEOUT),
-            unreachable: true,
-            ..Slow::default()
+    /// Says, once, that reaplet acting as `node` is wrong: an error line, an event on the pod
+    /// that showed it, the gauge.
+    fn mismatch_found(&self, node: &str, m: &Mismatch) {
+        tracing::error!(
+            node = %node,
+            boundTo = %m.bound_to,
+            pod = %m.pod,
+            podUID = %m.uid,
+            "reaplet's node name is wrong: a runtime pod in no list of this node's has its object bound to another node; no orphan is ended until the name is fixed"
+        );
+        let (namespace, name) = m.pod.split_once('/').unwrap_or(("", &m.pod));
+        self.inner.events.record(crate::events::PodEvent {
+            uid: m.uid.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            reason: crate::events::EventReason::NodeNameMismatch,
+            message: format!(
+                "Not ended as an orphan: this pod is bound to node {}, reaplet on its host acts as node {node} (its node name is wrong)",
+                m.bound_to
+            ),
         });
-        let c = confirmer(&slow);
-        let t0 = Instant::now();
-        let out = c.confirm(candidates(&["a", "b"])).await;
-        assert_eq!(t0.elapsed(), Duration::ZERO);
-        assert!(out.gone.is_empty());
-        assert!(
-            slow.reads.lock().unwrap().is_empty(),
-            "read while unreachable"
-        );
-        let up = std::sync::Arc::new(Slow::default());
-        let c = confirmer(&up);
-        let out = c.confirm(candidates(&["a", "b"])).await;
-        assert_eq!(out.gone.len(), 2);
-    }
-
-    /// The pod that showed the node name wrong is read again and the read fails (a 500, a
-    /// timeout): that decides nothing, so the problem lasts (no "fixed" line, no orphan ended
-    /// in that pass). Only a decisive read (gone, or here) or the pod leaving the runtime
-    /// clears it.
-    #[tokio::test(start_paused = true)]
-    async fn a_failed_read_does_not_clear_the_problem() {
-        let slow = std::sync::Arc::new(Slow::default());
-        slow.answers.lock().unwrap().insert(
-            "web".into(),
-            Ok(Some(Stored {
-                uid: "web".into(),
-                node: "kube-node".into(),
-            })),
-        );
-        let c = confirmer(&slow);
-        let out = c.confirm(candidates(&["web", "gone"])).await;
-        assert!(out.found.is_some() && out.gone.is_empty());
-        slow.answers.lock().unwrap().insert(
-            "web".into(),
-            Err(LookupError::Failed("500 etcdserver: leader changed".into())),
-        );
-        tokio::time::sleep(RECHECK).await;
-        let out = c.confirm(candidates(&["web", "gone"])).await;
-        assert_eq!(slow.reads.lock().unwrap().len(), 4, "both read again");
-        assert!(out.cleared.is_none(), "cleared by a failed read");
-        assert!(c.mismatch().is_some());
-        assert!(
-            out.gone.is_empty(),
-            "ended while the name is wrong: {:?}",
-            out.gone
-        );
-        // a decisive read: its object is gone. Cleared, and the orphans are ended
-        slow.answers.lock().unwrap().remove("web");
-        tokio::time::sleep(RECHECK).await;
-        let out = c.confirm(candidates(&["web", "gone"])).await;
-        assert!(out.cleared.is_some());
-        assert_eq!(out.gone.len(), 2);
-        assert!(c.mismatch().is_none());
+        if let Some(metrics) = self.inner.metrics.get() {
+            metrics.set_identity_problem(IdentityProblem::PodBoundElsewhere, true);
+        }
     }
 }

@@ -32,15 +32,14 @@
 //!   (Before, every exit or deletion event was a full relist: about 4 per single-container
 //!   pod, O(n^2) work in a bulk deletion while the runtime is busiest.)
 
-use super::confirm::Candidate;
+use super::confirm::{Candidate, Pass};
 use super::runtime_health::{BEAT, relist_deadline};
 use super::subscription::{Exits, Next, Subscription};
 use super::sweeps::Sweeps;
-use super::{KillRequest, PodSource, PodWorkers, StaticPods};
+use super::{KillRequest, PodWorkers, StaticPods};
 use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
 use crate::lifecycle::{KillReason, PodPhase};
 use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
-use crate::terminating::grace;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -74,7 +73,6 @@ struct Listing {
 }
 
 /// What one relist found to do, decided under the registry lock and done after it.
-#[derive(Default)]
 struct Findings {
     /// Orphan candidates: confirmed gone before they are ended ([`super::confirm`]).
     orphans: Vec<(PodInfo, Candidate)>,
@@ -86,6 +84,8 @@ struct Findings {
     completion_checks: Vec<(PodInfo, Vec<RuntimeContainer>)>,
     /// Sandboxes of pods this agent ended (finished workers).
     gc_sandboxes: Vec<String>,
+    /// Whether the relist saw the whole runtime (the confirmation's [`Pass`]).
+    pass: Pass,
 }
 
 impl<R: Runtime> PodWorkers<R> {
@@ -423,44 +423,16 @@ impl<R: Runtime> PodWorkers<R> {
         Ok(listing(&grouped.pods, &containers))
     }
 
-    /// Does what a relist found: orphans confirmed gone to the seam, finished orphans'
-    /// sandboxes removed (active only), naturally completed pods ended.
-    async fn act(&self, mut found: Findings) {
-        let rt = &self.inner.runtime;
-        let (orphans, gc_orphans) = self
-            .confirm_orphans(
-                std::mem::take(&mut found.orphans),
-                std::mem::take(&mut found.gc_orphans),
-            )
-            .await;
-        found.gc_sandboxes.extend(gc_orphans);
-        for info in orphans {
-            tracing::info!(pod = %info.key(), podUID = %info.uid, "orphaned runtime pod found");
-            if let Some(m) = self.inner.metrics.get() {
-                m.orphaned_runtime_pods.inc();
-            }
-            let kill = KillRequest::new(KillReason::Orphan).grace(Some(grace::ORPHAN_GRACE));
-            self.deliver_from(info, PodSource::Runtime, kill);
-        }
+    /// Does what a relist found: terminal pods left running after a takeover ended, the
+    /// sandboxes of pods this agent ended removed (active only), naturally completed pods
+    /// ended; last, since only it may read the API, the orphans confirmed gone to the seam and
+    /// their sandboxes removed ([`super::confirm`]).
+    async fn act(&self, found: Findings) {
         for pod in found.terminal {
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "terminal pod still running after a takeover");
             self.deliver(pod, KillRequest::new(KillReason::TerminalPhase));
         }
-        // removing sandboxes is acting: never in standby (the kubelet's garbage collection)
-        let gc = if self.inner.authority.is_active() {
-            found.gc_sandboxes
-        } else {
-            Vec::new()
-        };
-        for id in gc {
-            match rt.remove_pod_sandbox(&id).await {
-                Ok(()) => tracing::info!(sandboxID = %id, "removed sandbox of a finished orphan"),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    tracing::warn!(sandboxID = %id, err = %e, "removing orphan sandbox failed")
-                }
-            }
-        }
+        self.remove_sandboxes(found.gc_sandboxes).await;
         for (pod, cs) in found.completion_checks {
             if pod.restart_policy == RestartPolicy::OnFailure
                 && !self.all_exited_zero(&pod, &cs).await
@@ -470,12 +442,40 @@ impl<R: Runtime> PodWorkers<R> {
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
             let _ = self.kill(&pod.uid, KillRequest::new(KillReason::Completed));
         }
+        let gc = self
+            .end_confirmed_orphans(found.orphans, found.gc_orphans, found.pass)
+            .await;
+        self.remove_sandboxes(gc).await;
+    }
+
+    /// Removes the sandboxes `ids` of finished pods; never in standby (the kubelet's garbage
+    /// collection: removing is acting).
+    async fn remove_sandboxes(&self, ids: Vec<String>) {
+        if !self.inner.authority.is_active() {
+            return;
+        }
+        for id in ids {
+            match self.inner.runtime.remove_pod_sandbox(&id).await {
+                Ok(()) => tracing::info!(sandboxID = %id, "removed sandbox of a finished orphan"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::warn!(sandboxID = %id, err = %e, "removing orphan sandbox failed")
+                }
+            }
+        }
     }
 
     /// Decides, under the registry lock, what the runtime's pods call for; `full`: they are
     /// all of the node's, so finished workers of pods in none of them can be forgotten.
     fn judge(&self, runtime_pods: &RuntimePods<'_>, full: bool) -> Findings {
-        let mut found = Findings::default();
+        let mut found = Findings {
+            orphans: Vec::new(),
+            gc_orphans: Vec::new(),
+            terminal: Vec::new(),
+            completion_checks: Vec::new(),
+            gc_sandboxes: Vec::new(),
+            pass: if full { Pass::Full } else { Pass::Targeted },
+        };
         let active = self.inner.authority.is_active();
         let mut reg = self.registry();
         for (uid, (sbs, cs)) in runtime_pods {
@@ -590,71 +590,6 @@ impl<R: Runtime> PodWorkers<R> {
             }
         }
         found
-    }
-
-    /// The orphans and the finished orphans' sandboxes whose pods a read confirms gone; all of
-    /// them when there is no API to read ([`super::confirm`]). Says so when the reads show the
-    /// node's name wrong, and when that is over.
-    async fn confirm_orphans(
-        &self,
-        orphans: Vec<(PodInfo, Candidate)>,
-        gc: Vec<(Candidate, Vec<String>)>,
-    ) -> (Vec<PodInfo>, Vec<String>) {
-        let Some(confirmer) = self.inner.confirm.get() else {
-            let ids = gc.into_iter().flat_map(|(_, ids)| ids).collect();
-            return (orphans.into_iter().map(|(p, _)| p).collect(), ids);
-        };
-        if orphans.is_empty() && gc.is_empty() && confirmer.mismatch().is_none() {
-            return (Vec::new(), Vec::new());
-        }
-        let candidates = orphans
-            .iter()
-            .map(|(_, c)| c.clone())
-            .chain(gc.iter().map(|(c, _)| c.clone()))
-            .collect();
-        let out = confirmer.confirm(candidates).await;
-        if let Some(m) = &out.found {
-            tracing::error!(
-                node = %confirmer.node(),
-                boundTo = %m.bound_to,
-                pod = %m.pod,
-                podUID = %m.uid,
-                "reaplet's node name is wrong: a runtime pod in no list of this node's has its object bound to another node; no orphan is ended until the name is fixed"
-            );
-            let (namespace, name) = m.pod.split_once('/').unwrap_or(("", &m.pod));
-            self.inner.events.record(crate::events::PodEvent {
-                uid: m.uid.clone(),
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                reason: crate::events::EventReason::NodeNameMismatch,
-                message: format!(
-                    "Not ended as an orphan: this pod is bound to node {}, reaplet on its host acts as node {} (its node name is wrong)",
-                    m.bound_to,
-                    confirmer.node()
-                ),
-            });
-            if let Some(metrics) = self.inner.metrics.get() {
-                metrics.set_identity_problem(super::confirm::PROBLEM, true);
-            }
-        }
-        if let Some(m) = &out.cleared {
-            tracing::info!(node = %confirmer.node(), pod = %m.pod, "no runtime pod's object is bound to another node any more: orphans are confirmed and ended again");
-            if let Some(metrics) = self.inner.metrics.get() {
-                metrics.set_identity_problem(super::confirm::PROBLEM, false);
-            }
-        }
-        let gone = |uid: &PodUid| out.gone.contains(uid);
-        (
-            orphans
-                .into_iter()
-                .filter(|(p, _)| gone(&p.uid))
-                .map(|(p, _)| p)
-                .collect(),
-            gc.into_iter()
-                .filter(|(c, _)| gone(&c.uid))
-                .flat_map(|(_, ids)| ids)
-                .collect(),
-        )
     }
 
     /// `OnFailure` completion: every regular container's newest instance exited with 0.

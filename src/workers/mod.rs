@@ -416,6 +416,11 @@ impl<R: Runtime> PodWorkers<R> {
             .set(confirm::Confirmer::new(lookup, node));
     }
 
+    /// Whether reaplet's node name is known to be wrong ([`Self::identity_problem`]).
+    pub fn has_identity_problem(&self) -> bool {
+        self.inner.confirm.get().is_some_and(|c| c.has_mismatch())
+    }
+
     /// Why reaplet's node name is known to be wrong, while it is (`/readyz` fails with it).
     pub fn identity_problem(&self) -> Option<String> {
         let c = self.inner.confirm.get()?;

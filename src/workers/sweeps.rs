@@ -95,7 +95,7 @@ impl<R: Runtime> PodWorkers<R> {
             return;
         }
         // nor while the node name is known to be wrong: the leftovers may be another node's
-        if self.identity_problem().is_some() {
+        if self.has_identity_problem() {
             return;
         }
         let Some(protected) = self.protected(runtime) else {
