@@ -345,6 +345,7 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
         false,
     );
     authority.set_active(first.role == standby::Role::Active);
+    metrics.set_standby_role(first.role == standby::Role::Active, false);
     let (authority_tx, authority_rx) = tokio::sync::watch::channel(first);
     let tracker_runtime = runtime.clone();
     let mut pipeline = cfg.pipeline.clone();
@@ -477,12 +478,17 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             // never holds a kill for want of a decision
             let first = standby::begin(&scfg, Some(&client), &authority).await;
             authority_tx.send_replace(first.decision);
-            // a decision that says the node's name is not the kubelet's: the metric
+            // every decision in the metrics: the role, takeovers and hand-backs, and a name
+            // that is not the kubelet's
             let mut decisions = authority_tx.subscribe();
+            let mut role = first.decision.role;
             let m = metrics.clone();
             tracker.spawn(async move {
                 loop {
-                    let problem = decisions.borrow_and_update().reason.identity_problem();
+                    let d = *decisions.borrow_and_update();
+                    m.set_standby_role(d.role == standby::Role::Active, d.role != role);
+                    role = d.role;
+                    let problem = d.reason.identity_problem();
                     // the decision's problems; pod_bound_elsewhere is the workers' to set
                     let ours = crate::metrics::IdentityProblem::ALL
                         .into_iter()

@@ -237,6 +237,12 @@ pub struct Metrics {
     /// 1 while the node's name is known to be wrong, by problem ([`IdentityProblem`]); every
     /// problem present from the start, at 0.
     pub node_identity_problem: Family<IdentityProblemLabel, Gauge>,
+    /// 1 while reaplet is the node's acting agent (primary, or standby after a takeover), 0
+    /// while it stands by.
+    pub standby_active: Gauge,
+    /// Takeovers and hand-backs since the start.
+    pub standby_takeovers: Counter,
+    pub standby_handbacks: Counter,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -276,6 +282,9 @@ impl Metrics {
             graceful_shutdown_inhibitor: Gauge::default(),
             tracing_spans_dropped: Family::default(),
             node_identity_problem: Family::default(),
+            standby_active: Gauge::default(),
+            standby_takeovers: Counter::default(),
+            standby_handbacks: Counter::default(),
             started: Mutex::default(),
             registry: Registry::default(),
         };
@@ -384,6 +393,21 @@ impl Metrics {
             "1 while reaplet's node name is known to be wrong, by problem: pod_bound_elsewhere (a runtime pod's object is bound to another node: no orphan is ended), node_missing (no Node under the name while the kubelet's health endpoint answers), lease_missing (the Node exists, its Lease does not)",
             m.node_identity_problem.clone(),
         );
+        registry.register(
+            "standby_active",
+            "1 while reaplet is the node's acting agent (primary, or standby after a takeover: it ends pods), 0 while it stands by beside a kubelet",
+            m.standby_active.clone(),
+        );
+        registry.register(
+            "standby_takeovers",
+            "Takeovers from the kubelet since the start (the Node events ReapletTookOver)",
+            m.standby_takeovers.clone(),
+        );
+        registry.register(
+            "standby_handbacks",
+            "Hand-backs to the kubelet since the start (the Node events ReapletHandedBack)",
+            m.standby_handbacks.clone(),
+        );
         for problem in IdentityProblem::ALL {
             m.node_identity_problem
                 .get_or_create(&IdentityProblemLabel {
@@ -455,6 +479,17 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
+    }
+
+    /// A standby decision's role (`active`) and whether it changed: the role gauge, and the
+    /// takeover or hand-back counted.
+    pub fn set_standby_role(&self, active: bool, changed: bool) {
+        self.standby_active.set(i64::from(active));
+        match (changed, active) {
+            (true, true) => self.standby_takeovers.inc(),
+            (true, false) => self.standby_handbacks.inc(),
+            (false, _) => 0,
+        };
     }
 
     /// Sets `reaplet_node_identity_problem{problem}`.

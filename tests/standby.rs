@@ -49,6 +49,16 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     cfg.kubelet_healthz_url = Some(kubelet.url());
     cfg.takeover_after = TAKEOVER_AFTER;
     cfg.standby_poll = POLL;
+    // the role as an operator's alert sees it
+    let metrics = std::sync::Arc::new(reaplet::metrics::Metrics::new());
+    cfg.metrics = Some(metrics.clone());
+    let role = |name: &str| {
+        let text = metrics.encode(reaplet::metrics::Exposition::Prometheus);
+        text.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_owned())
+            .unwrap_or_else(|| format!("no {name} in:\n{text}"))
+    };
     let cancel = h.cancel.clone();
     h.agent = Some(tokio::spawn(async move {
         reaplet::agent::run(cfg, cancel).await.unwrap();
@@ -109,6 +119,9 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     )
     .await;
     let takeover = stopped.elapsed();
+    // the role in the metrics: acting, one takeover (metric set right after the event's line)
+    wait_for_value(|| role("reaplet_standby_active"), "1").await;
+    assert_eq!(role("reaplet_standby_takeovers_total"), "1");
     assert!(
         takeover + RENEW >= TAKEOVER_AFTER,
         "took over after {takeover:?}, before the {TAKEOVER_AFTER:?} threshold"
@@ -159,6 +172,8 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     )
     .await;
     let handback = back.elapsed();
+    wait_for_value(|| role("reaplet_standby_active"), "0").await;
+    assert_eq!(role("reaplet_standby_handbacks_total"), "1");
     println!(
         "hand-back delay (stand-in renewing again → ReapletHandedBack, poll {POLL:?}): {:.2} s",
         handback.as_secs_f64()
@@ -179,5 +194,21 @@ async fn standby_holds_while_the_kubelet_lives_takes_over_when_it_is_gone_and_ha
     h.cancel.cancel();
     if let Some(a) = h.agent.take() {
         let _ = tokio::time::timeout(Duration::from_secs(10), a).await;
+    }
+}
+
+/// Waits (up to 10 s) until `read` gives `want`.
+async fn wait_for_value(read: impl Fn() -> String, want: &str) {
+    let start = Instant::now();
+    loop {
+        let got = read();
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "wanted {want}, got {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
