@@ -83,7 +83,7 @@ setup() {
 quiet() { "$@" >/dev/null; }
 
 setup 1 "test bed packages" \
-    "containerd, runc, busybox-static, gcc, dbus-daemon, chromium (testbed/testbed.sh install; apt-get when missing)" \
+    "containerd, runc, busybox-static, gcc, dbus-daemon, chromium, jq (testbed/testbed.sh install; apt-get when missing)" \
     testbed/testbed.sh install
 setup 2 "containerd 2.x" \
     "containerd, its runc shim and ctr from the Go module proxy (testbed/containerd.sh; cached; a cold build takes about 10 min)" \
@@ -136,13 +136,96 @@ step 10 "clippy" "all targets, features $FEATURES, warnings as errors" \
 step 11 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
 
-run_tests() {
-    mkdir -p "$TARGET"
-    # the integration tests mostly wait on grace periods: run several at once
-    RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --all-targets --locked \
-        --features "$FEATURES" -- --show-output 2>&1 | tee "$LOG"
+# The test binaries run in lanes side by side: most of their time is waiting (grace periods,
+# the real components' own periods), and one after another they took 35 min of CI's 90 on 2
+# cores. Every test bed, port and temporary directory is per test (a test bed's name is locked
+# while it runs), so binaries do not meet. Lanes are filled longest first from the durations
+# below (seconds, a cold CI run on 2 cores; a binary not listed counts 60 s). The VM test runs
+# alone afterwards: under TCG its guest keeps both cores busy.
+LANES=${REAPLET_TEST_LANES:-2}
+DURATIONS="test:standby_cost 465 test:apiserver_conformance 184 test:runtime_stall 134
+test:api_outage 129 test:standby_proof 126 test:standby_kubelet 110 test:daemonset 102 test:helm 91
+test:drain_real 88 test:node_identity 82 test:handover 79 test:api_sick 78 test:faults 69
+bench:termination 60 test:drain 48 test:leaks 44 test:container_events 31 test:evictions 25
+test:api 24 test:hostile_input 19 test:pipeline 19 test:standby 17 test:volumes 15 test:cli 13
+test:timeline 11 lib:reaplet 10 test:statuses 8 test:shutdown 6 test:otel 5 test:scripts 5
+test:config_cli 1 bench:fleet 1 bin:reaplet 1"
+ALONE="test:vm"
+
+# every target of the package as kind:name (lib, bin, test, bench), from cargo's metadata
+targets() {
+    cargo metadata --no-deps --format-version 1 --locked |
+        jq -r '.packages[0].targets[] | select(.kind[0] | IN("lib", "bin", "test", "bench"))
+            | "\(.kind[0]):\(.name)"'
 }
-step 12 "tests" "every test binary, even after a failure (cargo test --no-fail-fast; output also in $LOG)" \
+# kind:name -> cargo's selection arguments
+target_args() {
+    case $1 in
+    lib:*) echo --lib ;;
+    *) echo "--${1%%:*} ${1#*:}" ;;
+    esac
+}
+# kind:name lines -> "lane\tkind:name" lines, longest first into the least loaded lane
+assign_lanes() {
+    awk -v lanes="$LANES" -v durations="$DURATIONS" '
+        BEGIN { n = split(durations, d, /[ \n]+/); for (i = 1; i < n; i += 2) secs[d[i]] = d[i + 1] }
+        { t[NR] = $0; s[NR] = ($0 in secs) ? secs[$0] : 60 }
+        END {
+            for (i = 1; i <= NR; i++) for (j = i + 1; j <= NR; j++)
+                if (s[j] > s[i]) { x = s[i]; s[i] = s[j]; s[j] = x; x = t[i]; t[i] = t[j]; t[j] = x }
+            for (i = 1; i <= NR; i++) {
+                best = 1
+                for (l = 2; l <= lanes; l++) if (load[l] < load[best]) best = l
+                load[best] += s[i]; print best "\t" t[i]
+            }
+        }'
+}
+# one lane: cargo test on its targets, its output in its own log
+lane() {
+    local name=$1 log=$2 t args=() rc=0
+    shift 2
+    for t in "$@"; do
+        # shellcheck disable=SC2046 # word splitting wanted: "--test name"
+        args+=($(target_args "$t"))
+    done
+    t=$EPOCHREALTIME
+    say "  lane $name: ${*//:/ } ..."
+    RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --locked \
+        --features "$FEATURES" "${args[@]}" -- --show-output >"$log" 2>&1 || rc=$?
+    say "  lane $name: $([ "$rc" = 0 ] && echo passed || echo "FAILED (status $rc)") in $(since "$t") s"
+    return "$rc"
+}
+run_tests() {
+    local all lanes l rc=0 pids=() logs=() alone=()
+    mkdir -p "$TARGET"
+    : >"$LOG"
+    # build every test binary once, in view: a compile error shows here, not in a lane
+    cargo test --no-run --all-targets --locked --features "$FEATURES" 2>&1 | tee -a "$LOG" ||
+        return
+    all=$(targets) || return
+    for l in $ALONE; do
+        grep -qx "$l" <<<"$all" && alone+=("$l")
+    done
+    lanes=$(grep -vxF -f <(printf '%s\n' $ALONE) <<<"$all" | assign_lanes) || return
+    for ((l = 1; l <= LANES; l++)); do
+        mapfile -t ts < <(awk -F '\t' -v l="$l" '$1 == l { print $2 }' <<<"$lanes")
+        [ ${#ts[@]} -gt 0 ] || continue
+        logs+=("$TARGET/test-lane-$l.log")
+        lane "$l" "$TARGET/test-lane-$l.log" "${ts[@]}" &
+        pids+=($!)
+    done
+    for l in "${pids[@]}"; do
+        wait "$l" || rc=1
+    done
+    if [ ${#alone[@]} -gt 0 ]; then
+        logs+=("$TARGET/test-alone.log")
+        lane alone "$TARGET/test-alone.log" "${alone[@]}" || rc=1
+    fi
+    # the whole output, lane after lane, on the console and in the log
+    cat "${logs[@]}" | tee -a "$LOG"
+    return "$rc"
+}
+step 12 "tests" "every test binary, even after a failure, $LANES lanes side by side, then the VM test (cargo test --no-fail-fast; output also in $LOG)" \
     run_tests || true
 
 # The compatibility job: Debian's containerd 1.6 (reaplet also stands by on older nodes, whose
@@ -159,8 +242,10 @@ compat() {
     # (pipefail: a pipe's status is cargo's)
     REAPLET_TESTBED_RUNTIME=debian cargo test --no-fail-fast --locked --features "$FEATURES" \
         --test handover -- --show-output "${COMPAT_TESTS[@]}" 2>&1 | tee -a "$LOG" || rc=$?
-    REAPLET_TESTBED_RUNTIME=debian cargo bench --locked --features testbed --bench termination \
-        -- single 2>&1 | tee -a "$LOG" || rc=$?
+    # the benchmark binary the tests built (a `cargo bench` would build everything again, in
+    # the release profile: 10 minutes of CI for one figure), in its benchmark mode
+    REAPLET_TESTBED_RUNTIME=debian cargo test --locked --features "$FEATURES" --bench termination \
+        -- --bench single 2>&1 | tee -a "$LOG" || rc=$?
     return "$rc"
 }
 step 13 "compatibility" "Debian's containerd 1.6: handover smoke test and the single-pod benchmark (REAPLET_TESTBED_RUNTIME=debian)" \

@@ -32,6 +32,10 @@ pub struct Testbed {
     pub driver: CgroupDriver,
     /// The script that started it; `None` for an attached instance (left running on drop).
     script: Option<PathBuf>,
+    /// An exclusive lock on `/tmp/reaplet-tb-<name>.lock`, held while this instance lives and
+    /// released after its stop: test binaries run side by side (scripts/test.sh), and one that
+    /// used the same name must not stop or share another's containerd.
+    _lock: Option<std::fs::File>,
 }
 
 impl Testbed {
@@ -53,14 +57,24 @@ impl Testbed {
         let dir = PathBuf::from(format!("/tmp/reaplet-tb-{name}"));
         let cgroup_root = format!("/reaplet-tb-{name}");
         let script = repo.join("testbed/testbed.sh");
+        let lock_path = format!("/tmp/reaplet-tb-{name}.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .and_then(|f| f.lock().map(|()| f))
+            .unwrap_or_else(|e| panic!("test bed {name}: locking {lock_path}: {e}"));
         let tb = Testbed {
             socket: dir.join("containerd.sock"),
             dir,
             cgroup_root,
             driver: CgroupDriver::Cgroupfs,
             script: Some(script),
+            _lock: Some(lock),
         };
-        // a previous run that was killed may have left this instance behind
+        // a previous run that was killed may have left this instance behind (the lock says no
+        // live process has it)
         let _ = tb.run("stop");
         let out = tb.run("start").expect("running testbed/testbed.sh");
         assert!(
@@ -86,6 +100,7 @@ impl Testbed {
             cgroup_root,
             driver: CgroupDriver::Cgroupfs,
             script: None,
+            _lock: None,
         }
     }
 

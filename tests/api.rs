@@ -6,6 +6,7 @@ mod common;
 
 use common::api_harness::{ApiHarness, LIMIT, NODE};
 use common::apiserver::{ApiServer, Recorded};
+use common::exits::Exits;
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
@@ -77,17 +78,14 @@ async fn deleted_trapping_pod_gets_succeeded_then_a_uid_guarded_delete() {
     let t = PodTemplate::new("web", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
+    let exits = Exits::watch(&h.tb.client()).await;
     h.start_agent().await;
     let t0 = now_ns();
     h.api.delete_pod("default", "web", None);
     h.wait_gone("web").await;
     let gone = now_ns();
     assert_status_then_delete(&h.api, "web", &t.uid, "Succeeded", 0);
-    let st =
-        h.tb.client()
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
+    let st = exits.of(p.container_id("app"), LIMIT, String::new).await;
     assert_eq!(st.exit_code, 0);
     let events = event_writes(&h.api);
     let total = pod_writes(&h.api, "web").len() + events.len();
@@ -106,16 +104,13 @@ async fn deleted_term_ignoring_pod_is_failed_137_after_its_grace() {
     let t = PodTemplate::new("stubborn", 3).container(ContainerTemplate::new("app", IGNORES_TERM));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
+    let exits = Exits::watch(&h.tb.client()).await;
     h.start_agent().await;
     let t0 = now_ns();
     h.api.delete_pod("default", "stubborn", None);
     h.wait_gone("stubborn").await;
     assert_status_then_delete(&h.api, "stubborn", &t.uid, "Failed", 137);
-    let st =
-        h.tb.client()
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
+    let st = exits.of(p.container_id("app"), LIMIT, String::new).await;
     assert_stopped(&st, t0, 137, 3.0..4.5);
     h.stop().await;
 }
@@ -126,6 +121,8 @@ async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sen
     let t = PodTemplate::new("forced", 600).container(ContainerTemplate::new("app", IGNORES_TERM));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
+    let client = h.tb.client();
+    let exits = Exits::watch(&client).await;
     h.start_agent().await;
     let t0 = now_ns();
     let (code, _) = h.api.delete_pod("default", "forced", Some(0));
@@ -134,20 +131,12 @@ async fn force_deleted_pod_is_an_orphan_killed_with_grace_one_and_nothing_is_sen
         h.api.get_pod("default", "forced").is_none(),
         "grace 0 removes at once"
     );
-    let client = h.tb.client();
-    let start = Instant::now();
-    loop {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        if !st.state.may_run() {
-            assert_stopped(&st, t0, 137, 2.0..4.5);
-            break;
-        }
-        assert!(start.elapsed() < LIMIT, "force-deleted pod still running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let st = exits
+        .of(p.container_id("app"), LIMIT, || {
+            "force-deleted pod still running".into()
+        })
+        .await;
+    assert_stopped(&st, t0, 137, 2.0..4.5);
     // the whole window in which a status could be sent: until the worker has stopped the
     // sandbox (it reports the pod stopped then), and a status manager round after it
     let uid = t.uid.to_string();
@@ -234,22 +223,13 @@ async fn container_log(h: &ApiHarness, t: &PodTemplate, container: &str, what: &
     wait_logged(&path, what, LOGGED, String::new).await
 }
 
-/// Reads the container's status as soon as it has exited (within `LIMIT`).
-async fn wait_exited(h: &ApiHarness, id: &str, log: &Path) -> reaplet::cri::ContainerDetail {
-    let client = h.tb.client();
-    let start = Instant::now();
-    loop {
-        let st = client.container_status(id).await.unwrap();
-        if !st.state.may_run() {
-            return st;
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "container still running\n{}",
-            tail(&read_log(log), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The container's exit as the runtime announced it (within `LIMIT`).
+async fn wait_exited(exits: &Exits, id: &str, log: &Path) -> reaplet::cri::ContainerDetail {
+    exits
+        .of(id, LIMIT, || {
+            format!("container still running\n{}", tail(&read_log(log), 40))
+        })
+        .await
 }
 
 /// reaplet SIGKILLed 2 s into a 6 s grace and started again: the kill lands on the original
@@ -265,6 +245,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let kc = h.api.write_kubeconfig(h.root.path(), NODE);
     let log = h.root.path().join("reaplet.log");
     let kc_s = kc.display().to_string();
+    let exits = Exits::watch(&h.tb.client()).await;
     let mut first = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g1 = KillOnDrop(first.id());
     h.wait_watching(0).await;
@@ -277,7 +258,7 @@ async fn reaplet_killed_mid_termination_resumes_within_the_original_deadline() {
     let mut second = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g2 = KillOnDrop(second.id());
     h.wait_watching(seen).await;
-    let st = wait_exited(&h, p.container_id("app"), &log).await;
+    let st = wait_exited(&exits, p.container_id("app"), &log).await;
     let took = secs(st.finished_at - t0);
     assert_eq!(st.exit_code, 137);
     assert!(
@@ -315,10 +296,11 @@ async fn a_pod_deleted_while_reaplet_was_down_still_gets_its_prestop_and_sigterm
     let kc_s = kc.display().to_string();
     h.api.delete_pod("default", "missed", None);
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let exits = Exits::watch(&h.tb.client()).await;
     let started = now_ns();
     let mut agent = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g = KillOnDrop(agent.id());
-    let st = wait_exited(&h, p.container_id("app"), &log).await;
+    let st = wait_exited(&exits, p.container_id("app"), &log).await;
     assert_eq!(st.exit_code, 137);
     let took = secs(st.finished_at - started);
     assert!(
@@ -350,10 +332,11 @@ async fn a_deletion_timestamp_60s_behind_this_clock_still_gets_the_whole_grace()
     let kc = h.api.write_kubeconfig(h.root.path(), NODE);
     let log = h.root.path().join("reaplet.log");
     let kc_s = kc.display().to_string();
+    let exits = Exits::watch(&h.tb.client()).await;
     let started = now_ns();
     let mut agent = spawn_h(&h, &["--kubeconfig", &kc_s], &log);
     let _g = KillOnDrop(agent.id());
-    let st = wait_exited(&h, p.container_id("app"), &log).await;
+    let st = wait_exited(&exits, p.container_id("app"), &log).await;
     assert_eq!(st.exit_code, 137);
     let took = secs(st.finished_at - started);
     assert!(
@@ -401,6 +384,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
         log_text,
     )
     .await;
+    let exits = Exits::watch(&client).await;
     let t0 = now_ns();
     std::fs::remove_file(&file).unwrap();
     let uid = PodUid::parse(&t.uid).unwrap();
@@ -409,24 +393,22 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
         h.tb.naming(),
     )
     .unwrap();
+    let st = exits
+        .of(p.container_id("app"), LIMIT, || {
+            format!("static pod not terminated\n{}", read_log(&log))
+        })
+        .await;
+    let took = secs(st.finished_at - t0);
+    assert_eq!(st.exit_code, 137);
+    assert!(
+        took >= 3.0,
+        "static pod killed after {took:.3}s, before its own grace of 3 s"
+    );
     let start = Instant::now();
-    loop {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        if !st.state.may_run() && cgroups.existing(&uid).unwrap().is_empty() {
-            let took = secs(st.finished_at - t0);
-            assert_eq!(st.exit_code, 137);
-            assert!(
-                took >= 3.0,
-                "static pod killed after {took:.3}s, before its own grace of 3 s"
-            );
-            break;
-        }
+    while !cgroups.existing(&uid).unwrap().is_empty() {
         assert!(
             start.elapsed() < LIMIT,
-            "static pod not terminated\n{}",
+            "static pod's cgroup left\n{}",
             read_log(&log)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -452,6 +434,7 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
         PodTemplate::new("vanished", 600).container(ContainerTemplate::new("app", IGNORES_TERM));
     let p = launch(&h.tb, &t).await.unwrap();
     h.api.create_pod(t.api_object());
+    let exits = Exits::watch(&h.tb.client()).await;
     h.start_agent().await;
     let lists_before = h
         .api
@@ -466,23 +449,12 @@ async fn pod_deleted_while_not_watching_is_found_gone_on_relist_and_stopped_as_a
     tokio::time::sleep(Duration::from_millis(300)).await;
     h.api.delete_pod("default", "vanished", Some(0));
     h.api.compact();
-    let client = h.tb.client();
-    let start = Instant::now();
-    loop {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        if !st.state.may_run() {
-            assert_eq!(st.exit_code, 137);
-            break;
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "the vanished pod was never stopped"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let st = exits
+        .of(p.container_id("app"), LIMIT, || {
+            "the vanished pod was never stopped".into()
+        })
+        .await;
+    assert_eq!(st.exit_code, 137);
     let reqs = h.api.requests();
     let gone = reqs
         .iter()
@@ -625,25 +597,15 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
     let log_text = || read_log(&log);
     let (id, window) = (p.container_id("app"), Duration::from_secs(4));
     assert_runs_for(&client, id, window, "the static pod was stopped", log_text).await;
+    let exits = Exits::watch(&client).await;
     let t0 = now_ns();
     std::fs::remove_file(&file).unwrap();
-    let start = Instant::now();
-    loop {
-        let st = client
-            .container_status(p.container_id("app"))
-            .await
-            .unwrap();
-        if !st.state.may_run() {
-            assert_stopped(&st, t0, 137, 3.0..8.0);
-            break;
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "static pod not terminated\n{}",
-            read_log(&log)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let st = exits
+        .of(p.container_id("app"), LIMIT, || {
+            format!("static pod not terminated\n{}", read_log(&log))
+        })
+        .await;
+    assert_stopped(&st, t0, 137, 3.0..8.0);
     child.kill().unwrap();
     child.wait().unwrap();
 }

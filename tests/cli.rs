@@ -6,8 +6,8 @@
 
 mod common;
 
+use common::exits::Exits;
 use common::*;
-use reaplet::cri::Runtime;
 use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -379,16 +379,16 @@ async fn sigterm_mid_termination_leaves_the_pod_running_and_a_restart_finishes_i
     let window = Duration::from_millis(1500);
     assert_runs_for(&client, p.container_id("app"), window, what, String::new).await;
     assert!(api.get_pod("default", "survivor").is_some());
+    let exits = Exits::watch(&client).await;
     let mut second = spawn();
     let _g2 = KillOnDrop(second.id());
     wait_pods_gone(&api, &["survivor"], Duration::from_secs(40), || {
         tail(&read_log(&log), 30)
     })
     .await;
-    let st = client
-        .container_status(p.container_id("app"))
-        .await
-        .unwrap();
+    let st = exits
+        .of(p.container_id("app"), Duration::from_secs(5), String::new)
+        .await;
     let took = secs(st.finished_at - t0);
     assert_eq!(st.exit_code, 137);
     assert!(

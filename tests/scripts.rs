@@ -147,11 +147,13 @@ fn run(mut c: Command) -> Run {
 // scripts/test.sh
 
 /// A fake `cargo` for test.sh: `install` (cargo-deb) does nothing, `deb` prints a package's
-/// path; `fmt` fails when FAKE_FMT_FAIL is set; `test` runs four fake test binaries (one,
-/// tests/handover.rs, for the compatibility job: REAPLET_TESTBED_RUNTIME=debian); `bench`
-/// runs the benchmark binary; with FAKE_TEST_FAIL, `tests/api.rs` has a failing test and `tests/vm/main.rs`
-/// (a harness-less binary) exits 1 without one. Like cargo, it stops at the first failed binary
-/// unless given `--no-fail-fast`. Its output is cargo's, shortened.
+/// path; `fmt` fails when FAKE_FMT_FAIL is set; `metadata` lists six targets (the library,
+/// tests api, pipeline, vm and handover, the termination benchmark); `test` runs the selected
+/// ones (`--lib`, `--test NAME`, `--bench NAME`, or all), builds nothing with `--no-run`, and
+/// under REAPLET_TESTBED_RUNTIME=debian (the compatibility job) prints which runtime ran; with
+/// FAKE_TEST_FAIL, `tests/api.rs` has a failing test and `tests/vm/main.rs` (a harness-less
+/// binary) exits 1 without one. Like cargo, it stops at the first failed binary unless given
+/// `--no-fail-fast`. Its output is cargo's, shortened.
 const FAKE_CARGO_FOR_TEST_SH: &str = r##"
 echo "cargo $*${REAPLET_TESTBED_RUNTIME:+ (runtime $REAPLET_TESTBED_RUNTIME)}" >>"$CALLS"
 ok_bin() {
@@ -164,40 +166,56 @@ fmt)
 clippy) ;;
 install) ;;
 deb) echo "$CARGO_TARGET_DIR/debian/reaplet_0.1.0-1_amd64.deb" ;;
-bench)
-    echo "     Running benches/termination/main.rs (target/release/deps/termination-0123456789abcdef)" >&2
-    echo "single: DELETE -> gone median 180 ms" ;;
+metadata)
+    t() { printf '{"kind":["%s"],"name":"%s"}' "$1" "$2"; }
+    echo "{\"packages\":[{\"name\":\"reaplet\",\"targets\":[$(t lib reaplet),$(t test api),$(t test pipeline),$(t test vm),$(t test handover),$(t bench termination)]}]}" ;;
 test)
-    if [ "${REAPLET_TESTBED_RUNTIME:-}" = debian ]; then
-        ok_bin tests/handover.rs handover a_term_ignoring_pod_is_killed_at_its_grace_never_before
-        exit 0
-    fi
-    nff=
-    for a in "$@"; do [ "$a" = --no-fail-fast ] && nff=1; done
+    nff= sel=() all=1 next=
+    for a in "$@"; do
+        [ "$a" = -- ] && break
+        if [ -n "$next" ]; then sel+=("$next:$a"); next=; continue; fi
+        case $a in
+        --no-fail-fast) nff=1 ;;
+        --no-run) echo "    Finished \`test\` profile" >&2; exit 0 ;;
+        --lib) sel+=(lib:reaplet); all= ;;
+        --test|--bench) next=${a#--}; all= ;;
+        esac
+    done
+    [ -n "$all" ] && sel=(lib:reaplet test:api test:pipeline test:vm test:handover bench:termination)
     failed=()
-    ok_bin "unittests src/lib.rs" reaplet grace::tests::floor
-    if [ -n "${FAKE_TEST_FAIL:-}" ]; then
-        echo "     Running tests/api.rs (target/debug/deps/api-0123456789abcdef)" >&2
-        printf '\nrunning 2 tests\ntest watch::lists_once ... ok\ntest watch::backs_off ... FAILED\n\n'
-        printf 'failures:\n\n---- watch::backs_off stdout ----\n42 LISTs in 60 s\n\n'
-        printf "thread 'watch::backs_off' (77) panicked at tests/api.rs:9:5:\n42 LISTs, want at most 10\ngaps: 0.7 0.7\nnot in the summary\nnote: run with RUST_BACKTRACE=1\n"
-        printf 'failures:\n    watch::backs_off\n\ntest result: FAILED. 1 passed; 1 failed\n\n'
-        echo 'error: test failed, to rerun pass `--test api`' >&2
-        failed+=("--test api")
-        if [ -z "$nff" ]; then exit 101; fi
-    else
-        ok_bin tests/api.rs api watch::lists_once
-    fi
-    ok_bin tests/pipeline.rs pipeline pipeline_runs
-    if [ -n "${FAKE_TEST_FAIL:-}" ]; then
-        echo "     Running tests/vm/main.rs (target/debug/deps/vm-0123456789abcdef)" >&2
-        echo "vm: qemu cannot run here"
-        echo 'error: test failed, to rerun pass `--test vm`' >&2
-        printf '\nCaused by:\n  process didn'"'"'t exit successfully: `target/debug/deps/vm-0123456789abcdef` (exit status: 1)\n' >&2
-        failed+=("--test vm")
-    else
-        ok_bin tests/vm/main.rs vm vm::check_passes
-    fi
+    for s in "${sel[@]}"; do
+        case $s in
+        lib:reaplet) ok_bin "unittests src/lib.rs" reaplet grace::tests::floor ;;
+        test:api)
+            if [ -n "${FAKE_TEST_FAIL:-}" ]; then
+                echo "     Running tests/api.rs (target/debug/deps/api-0123456789abcdef)" >&2
+                printf '\nrunning 2 tests\ntest watch::lists_once ... ok\ntest watch::backs_off ... FAILED\n\n'
+                printf 'failures:\n\n---- watch::backs_off stdout ----\n42 LISTs in 60 s\n\n'
+                printf "thread 'watch::backs_off' (77) panicked at tests/api.rs:9:5:\n42 LISTs, want at most 10\ngaps: 0.7 0.7\nnot in the summary\nnote: run with RUST_BACKTRACE=1\n"
+                printf 'failures:\n    watch::backs_off\n\ntest result: FAILED. 1 passed; 1 failed\n\n'
+                echo 'error: test failed, to rerun pass `--test api`' >&2
+                failed+=("--test api")
+                if [ -z "$nff" ]; then exit 101; fi
+            else
+                ok_bin tests/api.rs api watch::lists_once
+            fi ;;
+        test:pipeline) ok_bin tests/pipeline.rs pipeline pipeline_runs ;;
+        test:vm)
+            if [ -n "${FAKE_TEST_FAIL:-}" ]; then
+                echo "     Running tests/vm/main.rs (target/debug/deps/vm-0123456789abcdef)" >&2
+                echo "vm: qemu cannot run here"
+                echo 'error: test failed, to rerun pass `--test vm`' >&2
+                printf '\nCaused by:\n  process didn'"'"'t exit successfully: `target/debug/deps/vm-0123456789abcdef` (exit status: 1)\n' >&2
+                failed+=("--test vm")
+            else
+                ok_bin tests/vm/main.rs vm vm::check_passes
+            fi ;;
+        test:handover) ok_bin tests/handover.rs handover a_term_ignoring_pod_is_killed_at_its_grace_never_before ;;
+        bench:termination)
+            echo "     Running benches/termination/main.rs (target/debug/deps/termination-0123456789abcdef)" >&2
+            echo "single: DELETE -> gone median 180 ms" ;;
+        esac
+    done
     if [ ${#failed[@]} -gt 0 ]; then
         echo "error: ${#failed[@]} targets failed:" >&2
         for f in "${failed[@]}"; do echo "    \`$f\`" >&2; done
@@ -284,7 +302,7 @@ fn test_sh_runs_every_test_binary_and_names_the_failures() {
         "gaps: 0.7 0.7",
         "FAILED test binary tests/vm/main.rs",
         "exit status: 1",
-        "2 of 6 test binaries failed",
+        "2 of 8 test binaries failed",
     ] {
         assert!(s.contains(want), "the summary lacks {want:?}:\n{s}");
     }
@@ -315,7 +333,7 @@ fn test_sh_keeps_going_after_a_format_failure_and_fails_at_the_end() {
     assert!(calls.contains("cargo test"), "{calls}");
     let s = summary(&r);
     assert!(s.contains("FAILED step: format check"), "{s}");
-    assert!(s.contains("0 of 6 test binaries failed"), "{s}");
+    assert!(s.contains("0 of 8 test binaries failed"), "{s}");
 }
 
 #[test]
@@ -325,7 +343,7 @@ fn test_sh_all_green_exits_0_with_a_summary() {
     assert_eq!(r.code, Some(0), "{r:?}");
     let s = summary(&r);
     assert!(s.contains("all passed"), "{s}");
-    assert!(s.contains("0 of 6 test binaries failed"), "{s}");
+    assert!(s.contains("0 of 8 test binaries failed"), "{s}");
     // every step announced itself and said how long it took
     for n in 1..=13 {
         assert!(r.stderr.contains(&format!("[{n}/13] ")), "step {n}:\n{r:?}");
@@ -345,10 +363,18 @@ fn test_sh_all_green_exits_0_with_a_summary() {
         calls.contains("--test handover") && calls.contains("(runtime debian)"),
         "{calls}"
     );
+    // the benchmark binary the tests built, never a `cargo bench` (a second, release build)
     assert!(
-        calls.contains("cargo bench") && calls.contains("single (runtime debian)"),
+        calls.contains("--bench termination -- --bench single (runtime debian)"),
         "{calls}"
     );
+    assert!(!calls.contains("cargo bench"), "{calls}");
+    // the test binaries in lanes side by side, the VM test alone after them
+    assert!(
+        calls.contains("cargo test --no-run --all-targets"),
+        "{calls}"
+    );
+    assert!(calls.contains("--test vm -- --show-output"), "{calls}");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 pub mod api_harness;
 pub mod apiserver;
+pub mod exits;
 pub mod mounts;
 pub mod otlp;
 pub mod process;

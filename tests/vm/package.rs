@@ -81,6 +81,23 @@ pub(super) fn dpkg_install(deb: &Path) -> R<String> {
     ])
 }
 
+/// The first half of `dpkg -i`: the package's files unpacked (the old `prerm upgrade` leaves
+/// the service running), not configured. `dpkg_configure` is the second half, whose postinst
+/// restarts the service: under TCG the unpacking alone takes tens of seconds, so a scenario that
+/// needs the restart at a chosen moment unpacks first.
+pub(super) fn dpkg_unpack(deb: &Path) -> R<String> {
+    dpkg(&[
+        "--path-include=/usr/share/doc/reaplet/*",
+        "--unpack",
+        &deb.to_string_lossy(),
+    ])
+}
+
+/// The second half of `dpkg -i`: postinst `configure` (reaplet.service `try-restart`).
+pub(super) fn dpkg_configure() -> R<String> {
+    dpkg(&["--configure", "reaplet"])
+}
+
 fn deb_version(deb: &Path) -> R<String> {
     sh("dpkg-deb", &["-f", &deb.to_string_lossy(), "Version"])
 }
