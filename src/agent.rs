@@ -87,6 +87,9 @@ pub struct AgentConfig {
     pub eviction: crate::eviction::EvictionConfig,
     /// Graceful node shutdown (off unless grace periods are configured).
     pub shutdown: crate::shutdown::ShutdownConfig,
+    /// Node-pressure eviction's thresholds (the kubelet's `evictionHard`, `evictionSoft`, ...);
+    /// off without a threshold of a signal reaplet evaluates; needs the API.
+    pub pressure: Option<crate::pressure::manager::PressureSettings>,
 }
 
 impl AgentConfig {
@@ -128,6 +131,7 @@ impl AgentConfig {
             standby_poll: Duration::from_secs(2),
             eviction: crate::eviction::EvictionConfig::default(),
             shutdown: crate::shutdown::ShutdownConfig::new(Default::default()),
+            pressure: None,
         }
     }
 }
@@ -372,8 +376,24 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             "node-local volumes of terminated pods will be waited for, never torn down");
         pipeline.volume_teardown = false;
     }
+    // node-pressure eviction reads the kernel's figures: the memory hierarchy and /proc
+    let pressure = cfg
+        .pressure
+        .clone()
+        .filter(|p| p.any_evaluated())
+        .and_then(|p| {
+            let reader = crate::pressure::signals::SignalReader::host(
+                cgroups.hierarchies(),
+                cgroups.naming(),
+            );
+            if reader.is_none() {
+                tracing::warn!("node-pressure eviction off: no memory cgroup hierarchy");
+            }
+            Some((p, reader?, cgroups.naming().clone()))
+        });
+    let runtime = Arc::new(runtime);
     let workers = PodWorkers::new(
-        Arc::new(runtime),
+        runtime.clone(),
         cgroups,
         pipeline,
         events.clone(),
@@ -522,8 +542,30 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
             health.clone(),
             cancel.clone(),
         ));
-        let feed = if cfg.eviction.any() {
-            let (feed, pods_rx) = crate::eviction::PodFeed::channel();
+        let mut feed = crate::eviction::PodFeed::default();
+        if let Some((settings, reader, naming)) = pressure {
+            tracing::info!(
+                thresholds = settings.thresholds.len(),
+                "node-pressure eviction on (while reaplet is the node's agent)"
+            );
+            tracker.spawn(crate::pressure::runner::run(
+                crate::pressure::runner::Context {
+                    workers: workers.clone(),
+                    runtime: runtime.clone(),
+                    events: events.clone(),
+                    metrics: Some(metrics.clone()),
+                    authority: authority.clone(),
+                    reader,
+                    naming,
+                    settings,
+                    own_pod: cfg.own_pod.clone(),
+                },
+                feed.subscribe(),
+                cancel.clone(),
+            ));
+        }
+        if cfg.eviction.any() {
+            let pods_rx = feed.subscribe();
             tracker.spawn(crate::eviction::runner::run(
                 crate::eviction::runner::Context {
                     client: client.clone(),
@@ -539,10 +581,8 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
                 pods_rx,
                 cancel.clone(),
             ));
-            Some(feed)
-        } else {
-            None
-        };
+        }
+        let feed = (!feed.is_empty()).then_some(feed);
         // the pod watch on a pool of its own: a watch restarted after its path went silent
         // never lands on another request's pooled connection (api::client::POOL_IDLE)
         let watch_client = api::client::watch_client(kc.clone()).map_err(AgentError::Api)?;
@@ -582,6 +622,16 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), AgentE
     }
     tracker.spawn(crate::shutdown::run(shutdown, cancel.clone()));
     tracker.spawn(workers.clone().run_housekeeping());
+    // the kubelet's own reason to end a pod: its active deadline (only while acting)
+    tracker.spawn(crate::active_deadline::run(
+        crate::active_deadline::Context {
+            workers: workers.clone(),
+            runtime: runtime.clone(),
+            events: events.clone(),
+            authority: authority.clone(),
+        },
+        cancel.clone(),
+    ));
     #[cfg(feature = "test-hooks")]
     {
         // test hook: SIGUSR2 wedges housekeeping (the VM test's watchdog scenario)

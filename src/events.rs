@@ -13,6 +13,7 @@
 //! * messages never carry a hook's output (it may hold secrets), only what the kubelet says.
 
 use crate::pod::PodUid;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
@@ -46,6 +47,12 @@ pub enum EventReason {
     /// bound to another node: reaplet's node name is wrong, and it ends no orphan (recorded
     /// once each time the problem is found).
     NodeNameMismatch,
+    /// Warning: node-pressure eviction ends the pod (the kubelet's message, and its annotations
+    /// `offending_containers`, `offending_containers_usage`, `starved_resource`).
+    Evicted,
+    /// Normal: the pod's `activeDeadlineSeconds` passed ("Pod was active on the node longer
+    /// than the specified deadline").
+    DeadlineExceeded,
 }
 
 impl EventReason {
@@ -61,13 +68,18 @@ impl EventReason {
             Self::NodeAffinityEviction => "NodeAffinityEviction",
             Self::EvictionBlocked => "EvictionBlocked",
             Self::NodeNameMismatch => "NodeNameMismatch",
+            Self::Evicted => "Evicted",
+            Self::DeadlineExceeded => "DeadlineExceeded",
         }
     }
 
     pub fn is_warning(self) -> bool {
         !matches!(
             self,
-            Self::Killing | Self::TaintManagerEviction | Self::NodeAffinityEviction
+            Self::Killing
+                | Self::TaintManagerEviction
+                | Self::NodeAffinityEviction
+                | Self::DeadlineExceeded
         )
     }
 }
@@ -86,6 +98,9 @@ pub enum NodeEventReason {
     /// Normal: logind announced a node shutdown, or its cancellation (the kubelet's
     /// `Shutdown` event of its node shutdown manager; [`crate::shutdown`]).
     Shutdown,
+    /// Warning: a node-pressure threshold is met ("Attempting to reclaim memory"; the kubelet's
+    /// eviction manager).
+    EvictionThresholdMet,
 }
 
 impl NodeEventReason {
@@ -95,6 +110,7 @@ impl NodeEventReason {
             Self::ReapletTookOver => "ReapletTookOver",
             Self::ReapletHandedBack => "ReapletHandedBack",
             Self::Shutdown => "Shutdown",
+            Self::EvictionThresholdMet => "EvictionThresholdMet",
         }
     }
 
@@ -118,6 +134,9 @@ pub struct PodEvent {
     pub name: String,
     pub reason: EventReason,
     pub message: String,
+    /// The event's annotations (the kubelet's `AnnotatedEventf`: an eviction's offending
+    /// containers); empty for most.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Where the pipeline records events. Cheap to clone.

@@ -15,10 +15,12 @@
 //! * [`cgroups`]: pod cgroup removal [`cm/pod_container_manager_linux.go`];
 //! * [`status`]: the terminal pod status [`generateAPIPodStatus`, `getPhase`];
 //! * [`events`]: pod events [`record.EventRecorder`];
+//! * [`active_deadline`]: `activeDeadlineSeconds` [`active_deadline.go`];
 //! * [`authority`]: the one check every kill passes (reaplet's own);
 //! * [`shutdown`]: graceful node shutdown's plan [`nodeshutdown_manager_linux.go`];
 //! * [`drain`]: `reaplet drain` and `reaplet make-room` [`kubectl drain`, the ReplicaSet
 //!   scale-down ranking, the scheduler's preemption victims];
+//! * [`pressure`]: node-pressure eviction [`pkg/kubelet/eviction`];
 //! * [`eviction`]: this node's eviction sources [the controller manager's NoExecute taint
 //!   manager; the scheduler's node affinity, enforced through the Eviction API];
 //! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
@@ -26,6 +28,7 @@
 //! * `testbed` (feature `testbed`): helpers that launch pods through CRI exactly as the kubelet
 //!   does (tests, benchmarks and the demo); release builds never compile it.
 
+pub mod active_deadline;
 pub mod agent;
 pub mod api;
 pub mod authority;
@@ -47,6 +50,7 @@ pub mod metrics;
 pub mod otel;
 pub mod pod;
 pub mod pods_view;
+pub mod pressure;
 pub mod sd_notify;
 pub mod self_pod;
 pub mod server;

@@ -60,6 +60,23 @@ pub struct SpanDropLabel {
     pub reason: &'static str,
 }
 
+/// The label of `reaplet_node_pressure_evictions`: the kubelet's signal name
+/// (`memory.available`, `allocatableMemory.available`, `pid.available`), as
+/// `kubelet_evictions{eviction_signal}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub eviction_signal: &'static str,
+}
+
+/// The label of `reaplet_node_pressure`: `MemoryPressure`, `DiskPressure` or `PIDPressure`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    pub condition: &'static str,
+}
+
+/// The node pressure conditions, every one present from the start.
+pub const PRESSURE_CONDITIONS: [&str; 3] = ["MemoryPressure", "DiskPressure", "PIDPressure"];
+
 /// The label of `reaplet_node_identity_problem`: one of [`IdentityProblem::as_str`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IdentityProblemLabel {
@@ -243,6 +260,10 @@ pub struct Metrics {
     /// Takeovers and hand-backs since the start.
     pub standby_takeovers: Counter,
     pub standby_handbacks: Counter,
+    /// Node-pressure evictions, by signal (`kubelet_evictions`).
+    pub pressure_evictions: Family<SignalLabel, Counter>,
+    /// 1 while a node pressure condition holds (as the kubelet would set it on the Node).
+    pub node_pressure: Family<ConditionLabel, Gauge>,
     started: Mutex<HashMap<PodUid, Instant>>,
 }
 
@@ -282,6 +303,8 @@ impl Metrics {
             graceful_shutdown_inhibitor: Gauge::default(),
             tracing_spans_dropped: Family::default(),
             node_identity_problem: Family::default(),
+            pressure_evictions: Family::default(),
+            node_pressure: Family::default(),
             standby_active: Gauge::default(),
             standby_takeovers: Counter::default(),
             standby_handbacks: Counter::default(),
@@ -408,6 +431,21 @@ impl Metrics {
             "Hand-backs to the kubelet since the start (the Node events ReapletHandedBack)",
             m.standby_handbacks.clone(),
         );
+        registry.register(
+            "node_pressure_evictions",
+            "Pods evicted for node pressure while reaplet is the node's agent, by the kubelet's eviction signal (kubelet_evictions)",
+            m.pressure_evictions.clone(),
+        );
+        registry.register(
+            "node_pressure",
+            "1 while a node pressure condition holds (MemoryPressure, DiskPressure, PIDPressure), as the kubelet's eviction manager sets it; evaluated only while reaplet is the node's agent",
+            m.node_pressure.clone(),
+        );
+        for condition in PRESSURE_CONDITIONS {
+            m.node_pressure
+                .get_or_create(&ConditionLabel { condition })
+                .set(0);
+        }
         for problem in IdentityProblem::ALL {
             m.node_identity_problem
                 .get_or_create(&IdentityProblemLabel {
@@ -490,6 +528,22 @@ impl Metrics {
             (true, false) => self.standby_handbacks.inc(),
             (false, _) => 0,
         };
+    }
+
+    /// Counts one node-pressure eviction for `signal`.
+    pub fn pressure_eviction(&self, signal: &'static str) {
+        self.pressure_evictions
+            .get_or_create(&SignalLabel {
+                eviction_signal: signal,
+            })
+            .inc();
+    }
+
+    /// Sets `reaplet_node_pressure{condition}` (one of [`PRESSURE_CONDITIONS`]).
+    pub fn set_node_pressure(&self, condition: &'static str, on: bool) {
+        self.node_pressure
+            .get_or_create(&ConditionLabel { condition })
+            .set(i64::from(on));
     }
 
     /// Sets `reaplet_node_identity_problem{problem}`.

@@ -641,3 +641,98 @@ async fn a_conflict_that_is_not_a_failed_precondition_is_retried() {
     assert_eq!(deletes, vec![409, 200], "{deletes:?}");
     h.stop().await;
 }
+
+/// Issue 45 §2: a pod past its `activeDeadlineSeconds` (counted from `status.startTime`) is
+/// ended with its own grace, its status `Failed`/`DeadlineExceeded` with the kubelet's message
+/// and no `DisruptionTarget`, a Normal `DeadlineExceeded` event, and its object is kept; a pod
+/// beside it without a deadline runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_past_its_active_deadline_ends_failed_deadline_exceeded_and_is_kept() {
+    const DEADLINE: i64 = 3;
+    let mut h = ApiHarness::new("api-deadline").await;
+    let t = PodTemplate::new("dl", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let by = PodTemplate::new("by", 30).container(ContainerTemplate::new("app", TRAPS_TERM));
+    let p = launch(&h.tb, &t).await.unwrap();
+    let b = launch(&h.tb, &by).await.unwrap();
+    let mut obj = t.api_object();
+    obj["spec"]["activeDeadlineSeconds"] = DEADLINE.into();
+    h.api.create_pod(obj);
+    h.api.create_pod(by.api_object());
+    // the kubelet's startTime: whole seconds
+    let start = jiff::Timestamp::now().as_second();
+    let started = jiff::Timestamp::from_second(start).unwrap().to_string();
+    for name in ["dl", "by"] {
+        h.api.rewrite_pod("default", name, |p| {
+            p["status"]["startTime"] = started.clone().into();
+            p["status"]["phase"] = "Running".into();
+        });
+    }
+    let generation = h.api.get_pod("default", "dl").unwrap()["metadata"]["generation"].clone();
+    let client = h.tb.client();
+    let exits = Exits::watch(&client).await;
+    h.start_agent().await;
+    let st = exits
+        .of(
+            p.container_id("app"),
+            Duration::from_secs(DEADLINE as u64) + LIMIT,
+            || format!("not ended at its deadline; writes {:#?}", h.api.writes()),
+        )
+        .await;
+    // SIGTERM at the deadline (checked every second), the trap exits 0 at once
+    assert_stopped(
+        &st,
+        start * 1_000_000_000,
+        0,
+        DEADLINE as f64..DEADLINE as f64 + 4.0,
+    );
+    let t = Instant::now();
+    let status = loop {
+        let w = pod_writes(&h.api, "dl");
+        if let Some(patch) = w
+            .iter()
+            .find(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+        {
+            break patch.body.clone();
+        }
+        assert!(t.elapsed() < LIMIT, "no status written: {w:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status["status"]["phase"], "Failed", "{status}");
+    assert_eq!(status["status"]["reason"], "DeadlineExceeded", "{status}");
+    assert_eq!(
+        status["status"]["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+    assert_eq!(
+        status["status"]["observedGeneration"], generation,
+        "{status}"
+    );
+    let conds = status["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conds.iter().all(|c| c["type"] != "DisruptionTarget"),
+        "{status}"
+    );
+    assert!(conds.iter().all(|c| c["observedGeneration"] == generation));
+    // the object is kept: no DELETE in the window in which one would follow the status (the
+    // pipeline deletes right after the status of a pod it deletes) and more
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w = pod_writes(&h.api, "dl");
+    assert!(w.iter().all(|r| r.method != "DELETE"), "{w:#?}");
+    assert!(h.api.get_pod("default", "dl").is_some());
+    let events = h.api.events();
+    assert!(
+        events.iter().any(|e| e["reason"] == "DeadlineExceeded"
+            && e["type"] == "Normal"
+            && e["involvedObject"]["name"] == "dl"
+            && e["message"] == "Pod was active on the node longer than the specified deadline"),
+        "{events:#?}"
+    );
+    // the bystander runs on, nothing written about it
+    let bst = client
+        .container_status(b.container_id("app"))
+        .await
+        .unwrap();
+    assert_eq!(bst.state, reaplet::cri::ContainerRunState::Running);
+    assert!(pod_writes(&h.api, "by").is_empty());
+    h.stop().await;
+}

@@ -97,6 +97,46 @@ fn an_unreadable_or_invalid_kubeconfig_exits_64_before_anything_starts() {
     }
 }
 
+/// The kubelet's eviction settings are checked before anything starts, as the kubelet's
+/// `ParseThresholdConfig`: a soft threshold without its grace period exits 64 in one line
+/// naming `evictionSoftGracePeriod`, with the kubelet's text.
+#[test]
+fn a_soft_eviction_threshold_without_a_grace_period_exits_64() {
+    for cmd in ["run", "check"] {
+        let (code, err) = config_exit(&[
+            cmd,
+            "--hostname-override",
+            "n",
+            "--pod-manifest-path",
+            "/nonexistent",
+            "--eviction-soft",
+            "memory.available<1Gi",
+        ]);
+        assert_eq!(code, Some(64), "{cmd}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            "reaplet: invalid configuration: evictionSoftGracePeriod: grace period must be \
+             specified for the soft eviction threshold memory.available",
+            "{cmd}"
+        );
+    }
+    // the kubelet's flag syntax: a pair without `<` is the kubelet's error
+    let (code, err) = config_exit(&[
+        "run",
+        "--hostname-override",
+        "n",
+        "--pod-manifest-path",
+        "/nonexistent",
+        "--eviction-hard",
+        "memory.available=1Gi",
+    ]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("evictionHard") && err.contains("malformed pair, expect string<string"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_closed_stdout_never_panics() {
     let check = [

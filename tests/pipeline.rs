@@ -96,6 +96,7 @@ async fn grace_zero_or_one_still_gives_two_seconds_and_kill_notice_arrives() {
             KillRequest {
                 grace_override: Some(0),
                 reason: KillReason::Requested {
+                    by: reaplet::lifecycle::Requester::NodeShutdown,
                     disruption: None,
                     reason: None,
                     message: "test".into(),

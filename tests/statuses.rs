@@ -285,6 +285,7 @@ async fn our_disruption_target_is_written_only_where_no_one_set_one() {
     let finals = exited_app(137, "Error");
     let message = "The node was low on resource: memory.";
     let reason = KillReason::Requested {
+        by: reaplet::lifecycle::Requester::NodePressure,
         disruption: Some("TerminationByKubelet".into()),
         reason: Some("Evicted".into()),
         message: message.into(),
@@ -348,6 +349,7 @@ async fn one_pod(name: &str) -> (ApiServer, tempfile::TempDir, PodTemplate) {
 /// An eviction's kill reason (a disruption target: the status patch reads the pod first).
 fn evicted() -> reaplet::lifecycle::KillReason {
     reaplet::lifecycle::KillReason::Requested {
+        by: reaplet::lifecycle::Requester::NodePressure,
         disruption: Some("TerminationByKubelet".into()),
         reason: Some("Evicted".into()),
         message: "The node was low on resource: memory.".into(),

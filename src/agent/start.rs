@@ -233,6 +233,8 @@ pub async fn agent_config(
             own_pod: None,
         },
         shutdown: crate::shutdown::ShutdownConfig::new(s.shutdown.clone()),
+        // node-pressure eviction: the agent runs it only with a signal it evaluates
+        pressure: Some(s.pressure),
     };
     Ok(cfg)
 }

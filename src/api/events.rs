@@ -59,14 +59,18 @@ fn to_api(ev: &PodEvent, node: &str) -> Event {
         ..ObjectReference::default()
     };
     let warning = ev.reason.is_warning();
-    event(
+    let mut e = event(
         &ev.namespace,
         pod,
         ev.reason.as_str(),
         &ev.message,
         warning,
         node,
-    )
+    );
+    if !ev.annotations.is_empty() {
+        e.metadata.annotations = Some(ev.annotations.clone());
+    }
+    e
 }
 
 /// An event about this node, as the kubelet records them: in `default`, the involved object

@@ -105,9 +105,14 @@ impl RawSettings {
     ) -> Result<Self, ConfigError> {
         let mut strings = serde_json::Map::new();
         let mut tracing = (None, None);
+        // the eviction maps and list, kept apart from the strings
+        let mut structured = RawSettings::default();
         for (key, v) in mapping {
             if key == "tracing" {
                 tracing = tracing_mapping(v)?;
+                continue;
+            }
+            if eviction::from_own_file(&key, &v, &mut structured)? {
                 continue;
             }
             let s = match v {
@@ -126,7 +131,7 @@ impl RawSettings {
         let mut raw: RawSettings = serde_json::from_value(serde_json::Value::Object(strings))
             .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
         (raw.tracing_endpoint, raw.tracing_sampling_rate_per_million) = tracing;
-        Ok(raw)
+        Ok(structured.over(raw))
     }
 
     /// `self` over `lower`: each field set here wins.
@@ -187,7 +192,15 @@ macro_rules! every_field {
             shutdown_grace_period_by_pod_priority,
             tracing_endpoint,
             tracing_sampling_rate_per_million,
-            termination_timelines
+            termination_timelines,
+            eviction_hard,
+            eviction_soft,
+            eviction_soft_grace_period,
+            eviction_minimum_reclaim,
+            eviction_max_pod_grace_period,
+            eviction_pressure_transition_period,
+            merge_default_eviction_settings,
+            enforce_node_allocatable
         )
     };
 }
@@ -317,6 +330,14 @@ pub const FIELDS: &[&str] = &[
     TRACING_ENDPOINT,
     TRACING_SAMPLING_RATE,
     "terminationTimelines",
+    eviction::EVICTION_HARD,
+    eviction::EVICTION_SOFT,
+    eviction::EVICTION_SOFT_GRACE_PERIOD,
+    eviction::EVICTION_MINIMUM_RECLAIM,
+    eviction::EVICTION_MAX_POD_GRACE_PERIOD,
+    eviction::EVICTION_PRESSURE_TRANSITION_PERIOD,
+    eviction::MERGE_DEFAULT_EVICTION_SETTINGS,
+    eviction::ENFORCE_NODE_ALLOCATABLE,
 ];
 
 /// Known field names, for errors about a key that is not a field.

@@ -145,6 +145,41 @@ pub struct Flags {
     /// (default 100, at most 100000; every pod still terminating has one too).
     #[arg(long, env = "REAPLET_TERMINATION_TIMELINES")]
     termination_timelines: Option<String>,
+    /// Hard eviction thresholds, the kubelet's (e.g. memory.available<100Mi,pid.available<10%;
+    /// default the kubelet's Linux defaults; repeated flags add up).
+    #[arg(long, env = "REAPLET_EVICTION_HARD")]
+    eviction_hard: Vec<String>,
+    /// Soft eviction thresholds (e.g. memory.available<1.5Gi), each with its grace period.
+    #[arg(long, env = "REAPLET_EVICTION_SOFT")]
+    eviction_soft: Vec<String>,
+    /// How long a soft threshold must hold before an eviction (e.g. memory.available=1m30s).
+    #[arg(long, env = "REAPLET_EVICTION_SOFT_GRACE_PERIOD")]
+    eviction_soft_grace_period: Vec<String>,
+    /// The least reclaimed once a threshold is met (e.g. memory.available=500Mi).
+    #[arg(long, env = "REAPLET_EVICTION_MINIMUM_RECLAIM")]
+    eviction_minimum_reclaim: Vec<String>,
+    /// The longest grace (seconds) of a pod evicted for a soft threshold (default 0; negative:
+    /// the pod's own).
+    #[arg(
+        long,
+        env = "REAPLET_EVICTION_MAX_POD_GRACE_PERIOD",
+        allow_hyphen_values = true
+    )]
+    eviction_max_pod_grace_period: Option<String>,
+    /// How long a pressure condition outlasts its threshold (default 5m).
+    #[arg(
+        long,
+        env = "REAPLET_EVICTION_PRESSURE_TRANSITION_PERIOD",
+        allow_hyphen_values = true
+    )]
+    eviction_pressure_transition_period: Option<String>,
+    /// A set evictionHard gains the default thresholds it lacks (default false).
+    #[arg(long, env = "REAPLET_MERGE_DEFAULT_EVICTION_SETTINGS", num_args = 0..=1, default_missing_value = "true")]
+    merge_default_eviction_settings: Option<String>,
+    /// The kubelet's node allocatable enforcement (default pods: an
+    /// allocatableMemory.available threshold beside each hard memory.available one; none).
+    #[arg(long, env = "REAPLET_ENFORCE_NODE_ALLOCATABLE")]
+    enforce_node_allocatable: Vec<String>,
 }
 
 impl Flags {
@@ -189,6 +224,23 @@ impl Flags {
             tracing_sampling_rate_per_million: self.tracing_sampling_rate_per_million.clone(),
             termination_timelines: self.termination_timelines.clone(),
             shutdown_grace_period_by_pod_priority: None,
+            eviction_hard: joined(&self.eviction_hard),
+            eviction_soft: joined(&self.eviction_soft),
+            eviction_soft_grace_period: joined(&self.eviction_soft_grace_period),
+            eviction_minimum_reclaim: joined(&self.eviction_minimum_reclaim),
+            eviction_max_pod_grace_period: self.eviction_max_pod_grace_period.clone(),
+            eviction_pressure_transition_period: self.eviction_pressure_transition_period.clone(),
+            merge_default_eviction_settings: self.merge_default_eviction_settings.clone(),
+            // the kubelet's `StringSlice`: an empty occurrence adds nothing
+            enforce_node_allocatable: (!self.enforce_node_allocatable.is_empty()).then(|| {
+                let items: Vec<&str> = self
+                    .enforce_node_allocatable
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|v| !v.is_empty())
+                    .collect();
+                config::Given::Text(items.join(","))
+            }),
         }
     }
 
@@ -205,6 +257,12 @@ impl Flags {
         }
         Ok((loaded, kube))
     }
+}
+
+/// A map flag given `values` times, as the kubelet's map flags add each occurrence's pairs to
+/// the first's: one text (the kubelet splits on `,` too).
+fn joined(values: &[String]) -> Option<config::Given<config::SignalMap>> {
+    (!values.is_empty()).then(|| config::Given::Text(values.join(",")))
 }
 
 /// The API client configuration, or `None` for static manifests only; read before anything

@@ -23,7 +23,12 @@
 //! * the honoured fields are type-checked as the kubelet decodes them (durations are Go
 //!   duration strings, `cgroupsPerQOS` a boolean, the QPS and burst fields numbers) and
 //!   validated as the kubelet validates them; every error names the kubelet's field path and the
-//!   file.
+//!   file;
+//! * node-pressure eviction's fields are read with the kubelet's types ([`super::eviction`]:
+//!   maps of strings, `evictionHard: {}` kept as no hard threshold) and checked once merged with
+//!   reaplet's settings, naming the file when it alone is at fault; `kubeReserved` and
+//!   `systemReserved` stay ignored (reaplet reads the pods cgroup's limit, which the kubelet
+//!   set from them, from the kernel).
 
 use super::{ConfigError, RawSettings, err, parse_duration};
 use serde_json::{Map, Value};
@@ -52,6 +57,14 @@ pub const HONOURED: &[&str] = &[
     "tracing.samplingRatePerMillion",
     "healthzPort",
     "healthzBindAddress",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMinimumReclaim",
+    "evictionMaxPodGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "mergeDefaultEvictionSettings",
+    "enforceNodeAllocatable",
 ];
 
 /// One `shutdownGracePeriodByPodPriority` entry: pods of at least `priority` (and below the
@@ -169,7 +182,7 @@ pub struct KubeletFile {
 }
 
 /// `why`, saying which file.
-fn at(field: &'static str, path: &Path, why: impl std::fmt::Display) -> ConfigError {
+pub(super) fn at(field: &'static str, path: &Path, why: impl std::fmt::Display) -> ConfigError {
     err(field, format!("{why} (in {})", path.display()))
 }
 
@@ -363,6 +376,11 @@ impl KubeletFile {
                 f.used.extend(slot.is_some().then_some(field));
                 continue;
             }
+            // node-pressure eviction's (checked once merged with reaplet's settings)
+            if let Some(used) = super::eviction::from_kubelet(key, v, path, r)? {
+                f.used.extend(used);
+                continue;
+            }
             let set = match key.as_str() {
                 "staticPodPath" => {
                     // as the kubelet's loader does: relative to the file's directory
@@ -461,18 +479,21 @@ impl KubeletFile {
 
     /// Validates the shared settings that `upper` (flags, environment, reaplet's file) does not
     /// override, on their own, so an error names the kubelet's field (its `staticPodPath` is
-    /// reaplet's `podManifestPath`) and the file.
+    /// reaplet's `podManifestPath`) and the file. The eviction fields are checked once merged
+    /// (their rules span fields: a soft threshold and its grace period).
     pub(super) fn validate(&self, upper: &RawSettings, path: &Path) -> Result<(), ConfigError> {
-        super::resolve(self.raw.clone().unless_set_in(upper))
-            .map(drop)
-            .map_err(|e| {
-                let field = match e.field {
-                    "podManifestPath" => "staticPodPath",
-                    "logFormat" => "logging.format",
-                    f => f,
-                };
-                at(field, path, e.why)
-            })
+        super::resolve(super::eviction::without(
+            self.raw.clone().unless_set_in(upper),
+        ))
+        .map(drop)
+        .map_err(|e| {
+            let field = match e.field {
+                "podManifestPath" => "staticPodPath",
+                "logFormat" => "logging.format",
+                f => f,
+            };
+            at(field, path, e.why)
+        })
     }
 }
 
@@ -596,10 +617,29 @@ mod tests {
             "tracing:\n  endpoint: otel:4317\n  samplingRatePerMillion: 10\n",
             "healthzPort: 10300\n",
             "healthzBindAddress: \"::\"\n",
+            "evictionHard:\n  memory.available: 200Mi\n",
+            "evictionSoft:\n  memory.available: 300Mi\n",
+            "evictionSoftGracePeriod:\n  memory.available: 1m\n",
+            "evictionMinimumReclaim:\n  memory.available: 50Mi\n",
+            "evictionMaxPodGracePeriod: 30\n",
+            "evictionPressureTransitionPeriod: 2m0s\n",
+            "mergeDefaultEvictionSettings: true\n",
+            "enforceNodeAllocatable: [none]\n",
+            "kubeReserved:\n  memory: 1Gi\n",
+            "systemReserved:\n  memory: 1Gi\n",
             "maxPods: 110\n",
         ))
         .unwrap();
-        assert_eq!(k.ignored, ["logging.verbosity", "maxPods"]);
+        // the pods cgroup's limit is read from the kernel, where the kubelet set it from these
+        assert_eq!(
+            k.ignored,
+            [
+                "kubeReserved",
+                "logging.verbosity",
+                "maxPods",
+                "systemReserved"
+            ]
+        );
         assert_eq!(k.used.len(), HONOURED.len() - 1, "{:?}", k.used);
         assert_eq!(
             k.static_pod_path.as_deref(),
@@ -626,6 +666,16 @@ mod tests {
                 endpoint: "http://otel:4317".into(),
                 sampling_rate_per_million: 10
             })
+        );
+        assert_eq!(
+            s.pressure.thresholds.len(),
+            6,
+            "merged defaults, a soft one, no copy"
+        );
+        assert_eq!(s.pressure.max_pod_grace_period, 30);
+        assert_eq!(
+            s.pressure.pressure_transition_period,
+            Duration::from_secs(120)
         );
         assert_eq!(k.shutdown.grace_period, Duration::from_secs(30));
         assert_eq!(

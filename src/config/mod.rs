@@ -23,7 +23,11 @@
 //!   flat (`--tracing-endpoint`, `--tracing-sampling-rate-per-million`), and each field is
 //!   layered on its own like every other setting. Neither field set anywhere: no tracing
 //!   ([`Settings::tracing`] is `None`).
+//! * node-pressure eviction's settings have the kubelet's names, flags and defaults, each map
+//!   given whole by one layer, and are parsed and validated as the kubelet does at start
+//!   ([`eviction`]; [`Settings::pressure`]).
 
+pub mod eviction;
 mod file;
 pub mod flags;
 pub mod healthz;
@@ -33,6 +37,7 @@ mod values;
 
 use crate::cgroups::{CgroupDriver, CgroupNaming};
 use crate::standby::AuthoritySetting;
+pub use eviction::{Given, SignalMap};
 use file::tracing_settings;
 pub(crate) use file::yaml_options;
 pub use file::{ConfigFile, FIELDS, TRACING_ENDPOINT, TRACING_SAMPLING_RATE};
@@ -127,6 +132,22 @@ pub struct RawSettings {
     pub tracing_sampling_rate_per_million: Option<String>,
     /// Finished terminations whose timelines are kept (reaplet's own; no kubelet field).
     pub termination_timelines: Option<String>,
+    /// Node-pressure eviction, with the kubelet's names ([`eviction`]): the maps and the list
+    /// as a flag's text or a file's own mapping (set apart from the strings when a file is
+    /// read).
+    #[serde(skip)]
+    pub eviction_hard: Option<Given<SignalMap>>,
+    #[serde(skip)]
+    pub eviction_soft: Option<Given<SignalMap>>,
+    #[serde(skip)]
+    pub eviction_soft_grace_period: Option<Given<SignalMap>>,
+    #[serde(skip)]
+    pub eviction_minimum_reclaim: Option<Given<SignalMap>>,
+    pub eviction_max_pod_grace_period: Option<String>,
+    pub eviction_pressure_transition_period: Option<String>,
+    pub merge_default_eviction_settings: Option<String>,
+    #[serde(skip)]
+    pub enforce_node_allocatable: Option<Given<Vec<String>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +231,9 @@ pub struct Settings {
     /// Finished terminations whose timelines the agent keeps (`reaplet pods --timeline`);
     /// every pod still terminating has one as well.
     pub termination_timelines: usize,
+    /// Node-pressure eviction (the kubelet's `evictionHard`, `evictionSoft`, ...): the
+    /// thresholds parsed, `evictionMaxPodGracePeriod`, `evictionPressureTransitionPeriod`.
+    pub pressure: crate::pressure::manager::PressureSettings,
 }
 impl Settings {
     /// Whether the NoExecute taint manager runs: as set, else on for a standalone node (primary
@@ -234,16 +258,19 @@ pub fn resolve(raw: RawSettings) -> Result<Settings, ConfigError> {
     resolve_over(raw, ShutdownSettings::default(), None)
 }
 
-/// [`resolve`], with each shutdown field over `lower`'s (the kubelet's file at `path`), checked
-/// once merged; an error names the kubelet's file only when it alone set them.
+/// [`resolve`], with each shutdown field over `lower`'s (from the kubelet's file: `kubelet`
+/// is its path and `upper`, reaplet's own settings above it), checked once merged; an error
+/// names the kubelet's file only when it alone set the fields at fault (shutdown's, and
+/// eviction's: `raw` has the kubelet's eviction fields below `upper`'s).
 fn resolve_over(
     raw: RawSettings,
     lower: ShutdownSettings,
-    path: Option<&Path>,
+    kubelet: Option<(&Path, &RawSettings)>,
 ) -> Result<Settings, ConfigError> {
     let layer = kubelet::ShutdownLayer::from_raw(&raw)?;
-    let named = path.filter(|_| layer.is_empty());
+    let named = kubelet.map(|(path, _)| path).filter(|_| layer.is_empty());
     let shutdown = layer.over(lower).validated(named)?;
+    let pressure = eviction::resolve(&raw, kubelet)?;
     let kubeconfig = raw
         .kubeconfig
         .map(|v| abs_path("kubeconfig", &v))
@@ -443,6 +470,7 @@ fn resolve_over(
         )?,
         eviction_dry_run: boolean("evictionDryRun", raw.eviction_dry_run, false)?,
         tracing: tracing_settings(raw.tracing_endpoint, raw.tracing_sampling_rate_per_million)?,
+        pressure,
     })
 }
 
@@ -537,9 +565,9 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
     file.validate(&upper, &path)?;
     let own_healthz = upper.healthz_port.is_some() || upper.healthz_bind_address.is_some();
     let mut settings = resolve_over(
-        upper.over(file.raw.clone()),
+        upper.clone().over(file.raw.clone()),
         file.shutdown.clone(),
-        Some(&path),
+        Some((&path, &upper)),
     )?;
     settings.kubelet_config = Some(path.clone());
     settings.kubelet_static_pod_path = file.static_pod_path.clone();

@@ -62,6 +62,14 @@ pub const INVALID: &[(&str, &str)] = &[
     ),
     ("tracing.endpoint", "https://collector:4317"),
     ("tracing.samplingRatePerMillion", "1000001"),
+    ("evictionHard", "nodefs.available<101%"),
+    ("evictionSoft", "memory.available=1Gi"),
+    ("evictionSoftGracePeriod", "memory.available=-1m"),
+    ("evictionMinimumReclaim", "memory.available=-1Gi"),
+    ("evictionMaxPodGracePeriod", "30s"),
+    ("evictionPressureTransitionPeriod", "soon"),
+    ("mergeDefaultEvictionSettings", "yes"),
+    ("enforceNodeAllocatable", "pods,none"),
 ];
 
 fn set(field: &str, v: &str) -> RawSettings {
@@ -106,6 +114,14 @@ fn set(field: &str, v: &str) -> RawSettings {
         "shutdownGracePeriodByPodPriority" => r.shutdown_grace_period_by_pod_priority = v,
         "tracing.endpoint" => r.tracing_endpoint = v,
         "tracing.samplingRatePerMillion" => r.tracing_sampling_rate_per_million = v,
+        "evictionHard" => r.eviction_hard = v.map(Given::Text),
+        "evictionSoft" => r.eviction_soft = v.map(Given::Text),
+        "evictionSoftGracePeriod" => r.eviction_soft_grace_period = v.map(Given::Text),
+        "evictionMinimumReclaim" => r.eviction_minimum_reclaim = v.map(Given::Text),
+        "evictionMaxPodGracePeriod" => r.eviction_max_pod_grace_period = v,
+        "evictionPressureTransitionPeriod" => r.eviction_pressure_transition_period = v,
+        "mergeDefaultEvictionSettings" => r.merge_default_eviction_settings = v,
+        "enforceNodeAllocatable" => r.enforce_node_allocatable = v.map(Given::Text),
         _ => panic!("unknown field {field}"),
     }
     r

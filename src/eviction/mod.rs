@@ -63,7 +63,7 @@ pub struct AffinityConfig {
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(30);
 
 /// A change to this node's pods, as the API source sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum PodChange {
     /// A complete list (after a (re)list): every pod not in it is gone.
     Listed(Vec<Arc<Pod>>),
@@ -71,19 +71,38 @@ pub enum PodChange {
     Gone(PodUid),
 }
 
-/// The API source's side of the pod feed. Unbounded: it carries what the watch delivers, no
-/// more, and the runner never waits on the network while it reads it.
-#[derive(Debug, Clone)]
-pub struct PodFeed(mpsc::UnboundedSender<PodChange>);
+/// The API source's side of the pod feed, to each of its readers (the eviction sources'
+/// runner, node-pressure eviction). Unbounded: it carries what the watch delivers, no more
+/// (the pods are shared, never copied), and a reader never waits on the network.
+#[derive(Debug, Clone, Default)]
+pub struct PodFeed(Vec<mpsc::UnboundedSender<PodChange>>);
 
 impl PodFeed {
     pub fn channel() -> (PodFeed, mpsc::UnboundedReceiver<PodChange>) {
+        let mut feed = PodFeed::default();
+        let rx = feed.subscribe();
+        (feed, rx)
+    }
+
+    /// One more reader.
+    pub fn subscribe(&mut self) -> mpsc::UnboundedReceiver<PodChange> {
         let (tx, rx) = mpsc::unbounded_channel();
-        (PodFeed(tx), rx)
+        self.0.push(tx);
+        rx
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     pub fn send(&self, change: PodChange) {
-        let _ = self.0.send(change);
+        if let [only] = self.0.as_slice() {
+            let _ = only.send(change);
+            return;
+        }
+        for tx in &self.0 {
+            let _ = tx.send(change.clone());
+        }
     }
 }
 

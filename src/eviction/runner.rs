@@ -290,6 +290,7 @@ impl<R: Runtime> Runner<R> {
             name: pod.metadata.name.clone().unwrap_or_default(),
             reason,
             message,
+            annotations: Default::default(),
         });
     }
 

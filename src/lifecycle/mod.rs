@@ -38,15 +38,60 @@ pub enum KillReason {
     /// An eviction source of this node decided it ([`crate::eviction`]): the API side (a
     /// DELETE, or an Eviction) is done; the pod ends at once instead of a watch round trip later.
     Evicted(EvictionSource),
-    /// A kill of reaplet's own deciding, as the kubelet's `killPodFunc` callers (node-pressure
-    /// eviction, graceful node shutdown, admission preemption): the `DisruptionTarget` reason and
-    /// a message for the status. Its pod ends `Failed` whatever the exit codes, as their status
-    /// function sets it when the kill starts.
+    /// A kill of reaplet's own deciding, as the kubelet's own reasons to end a pod (graceful
+    /// node shutdown, node-pressure eviction, an active deadline): who asked, the
+    /// `DisruptionTarget` reason and the status's reason and message. Who asked decides how the
+    /// terminal phase is set ([`Requester::phase_rule`]).
     Requested {
+        by: Requester,
         disruption: Option<String>,
         reason: Option<String>,
         message: String,
     },
+}
+
+/// Which of reaplet's own reasons (the kubelet's) asked for a kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Requester {
+    /// Graceful node shutdown ([`crate::shutdown`]).
+    NodeShutdown,
+    /// Node-pressure eviction ([`crate::pressure`]).
+    NodePressure,
+    /// `activeDeadlineSeconds` passed ([`crate::active_deadline`]).
+    ActiveDeadline,
+}
+
+/// How a requested kill's terminal phase is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseRule {
+    /// `Failed`, with the request's reason and message, whatever the exit codes.
+    Failed,
+    /// From the exit codes, as `generateAPIPodStatus` computes it after the kill: the status
+    /// function's `Failed` is cached when the kill starts and replaced by the exit codes'
+    /// phase; its reason and message survive only when that phase is `Failed` too (the
+    /// `DisruptionTarget` condition always does).
+    FromExits,
+}
+
+impl Requester {
+    /// A bounded label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NodeShutdown => "node_shutdown",
+            Self::NodePressure => "node_pressure",
+            Self::ActiveDeadline => "active_deadline",
+        }
+    }
+
+    /// The kubelet's: an active deadline's `ShouldEvict` forces `Failed` on every status it
+    /// generates; an eviction's status function runs once, when the kill starts. reaplet's
+    /// graceful shutdown keeps `Failed` (the VM test's measured statuses).
+    pub fn phase_rule(self) -> PhaseRule {
+        match self {
+            Self::NodeShutdown | Self::ActiveDeadline => PhaseRule::Failed,
+            Self::NodePressure => PhaseRule::FromExits,
+        }
+    }
 }
 
 impl KillReason {
@@ -60,7 +105,7 @@ impl KillReason {
             Self::ManifestRemoved => "manifest_removed",
             Self::Orphan => "orphan",
             Self::Evicted(source) => source.as_str(),
-            Self::Requested { .. } => "requested",
+            Self::Requested { by, .. } => by.as_str(),
         }
     }
 

@@ -115,6 +115,85 @@ pub struct ContainerSpec {
     pub pre_stop: Option<Handler>,
     /// Named container ports, for httpGet hooks with a named port.
     pub ports: Vec<(String, u16)>,
+    /// The container's own `restartPolicy` and `restartPolicyRules` (regular containers,
+    /// `ContainerRestartRules`, beta and on since v1.35); `None`: the pod's policy decides.
+    pub restart: Option<ContainerRestart>,
+}
+
+/// A container's own restart policy and its rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRestart {
+    pub policy: RestartPolicy,
+    /// In order: the first whose exit codes match decides.
+    pub rules: Vec<RestartRule>,
+}
+
+/// One `restartPolicyRules` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartRule {
+    pub action: RestartAction,
+    /// `In` (true) or `NotIn` (false) the values.
+    pub exit_code_in: bool,
+    pub values: Vec<i32>,
+}
+
+/// A rule's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartAction {
+    /// `Restart`: this container restarts.
+    Restart,
+    /// `RestartAllContainers` (`RestartAllContainersOnContainerExits`, beta and on in v1.36):
+    /// the pod's containers restart, so this one does.
+    RestartAllContainers,
+    /// An action this version does not know: the rule falls through.
+    Other,
+}
+
+impl RestartPolicy {
+    /// Whether a container that exited with `exit_code` restarts under this policy.
+    fn restarts(self, exit_code: i32) -> bool {
+        match self {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => exit_code != 0,
+            RestartPolicy::Never => false,
+        }
+    }
+
+    fn parse(s: Option<&str>) -> RestartPolicy {
+        match s {
+            Some("Never") => RestartPolicy::Never,
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            // the API's default, and the kubelet's for a value it does not know
+            _ => RestartPolicy::Always,
+        }
+    }
+}
+
+impl ContainerSpec {
+    /// `ContainerShouldRestart`: the first rule whose exit codes match decides (`Restart`,
+    /// `RestartAllContainers`: restarts; another action falls through), then the container's
+    /// own policy, then the pod's.
+    pub fn should_restart(&self, pod_policy: RestartPolicy, exit_code: i32) -> bool {
+        let Some(own) = &self.restart else {
+            return pod_policy.restarts(exit_code);
+        };
+        for rule in &own.rules {
+            if rule.values.contains(&exit_code) != rule.exit_code_in {
+                continue;
+            }
+            match rule.action {
+                RestartAction::Restart | RestartAction::RestartAllContainers => return true,
+                RestartAction::Other => {}
+            }
+        }
+        own.policy.restarts(exit_code)
+    }
+
+    /// Whether the container restarts whatever its exit code (its effective policy is
+    /// `Always`: no rule can stop that).
+    pub fn always_restarts(&self, pod_policy: RestartPolicy) -> bool {
+        self.restart.as_ref().map_or(pod_policy, |r| r.policy) == RestartPolicy::Always
+    }
 }
 
 /// Everything the termination pipeline needs to know about a pod.
@@ -150,6 +229,13 @@ pub struct PodInfo {
     pub priority: i32,
     /// A static (file) pod or its mirror: no terminal phase, no API delete.
     pub static_pod: bool,
+    /// `metadata.generation` of the object last seen: every status write carries it as its
+    /// `observedGeneration` (the kubelet's `PodObservedGenerationTracking`, GA in v1.35).
+    pub generation: Option<i64>,
+    /// `spec.activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<i64>,
+    /// `status.startTime` in Unix seconds (when the kubelet first ran the pod).
+    pub start_time: Option<i64>,
 }
 
 impl PodInfo {
@@ -217,6 +303,7 @@ impl PodInfo {
                 name: c.name.clone(),
                 pre_stop,
                 ports,
+                restart: container_restart(c),
             })
         };
         let containers = spec
@@ -243,11 +330,7 @@ impl PodInfo {
             kill_deadline: None,
             deletion_grace: meta.deletion_grace_period_seconds,
             terminal_phase: matches!(phase, Some("Failed" | "Succeeded")),
-            restart_policy: match spec.restart_policy.as_deref() {
-                Some("Never") => RestartPolicy::Never,
-                Some("OnFailure") => RestartPolicy::OnFailure,
-                _ => RestartPolicy::Always,
-            },
+            restart_policy: RestartPolicy::parse(spec.restart_policy.as_deref()),
             containers,
             sidecars,
             host_network: spec.host_network.unwrap_or(false),
@@ -262,6 +345,11 @@ impl PodInfo {
             },
             priority: spec.priority.unwrap_or(0),
             static_pod,
+            generation: meta.generation,
+            active_deadline_seconds: spec.active_deadline_seconds,
+            start_time: status
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.as_second()),
         })
     }
 
@@ -303,6 +391,7 @@ impl PodInfo {
                 name: c.name.clone(),
                 pre_stop,
                 ports: Vec::new(),
+                restart: None,
             });
         }
         PodInfo {
@@ -323,8 +412,43 @@ impl PodInfo {
             qos: QosClass::BestEffort,
             priority: 0,
             static_pod: false,
+            generation: None,
+            active_deadline_seconds: None,
+            start_time: None,
         }
     }
+}
+
+/// A regular container's own restart policy and rules (`None` without a policy: rules need
+/// one, and the API server refuses rules without it).
+fn container_restart(c: &api::Container) -> Option<ContainerRestart> {
+    let policy = c.restart_policy.as_deref()?;
+    let rules = c
+        .restart_policy_rules
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            let codes = r.exit_codes.as_ref()?;
+            Some(RestartRule {
+                action: match r.action.as_str() {
+                    "Restart" => RestartAction::Restart,
+                    "RestartAllContainers" => RestartAction::RestartAllContainers,
+                    _ => RestartAction::Other,
+                },
+                exit_code_in: match codes.operator.as_str() {
+                    "In" => true,
+                    "NotIn" => false,
+                    // an operator this version does not know matches nothing
+                    _ => return None,
+                },
+                values: codes.values.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    Some(ContainerRestart {
+        policy: RestartPolicy::parse(Some(policy)),
+        rules,
+    })
 }
 
 fn truncate(s: &str) -> String {

@@ -239,3 +239,43 @@ fn orphan_spec_from_labels() {
     ));
     assert_eq!(info.containers[1].pre_stop, None);
 }
+
+/// `ContainerShouldRestart` with `ContainerRestartRules`: the first matching rule, then the
+/// container's policy, then the pod's.
+#[test]
+fn container_restart_rules_decide_whether_a_container_restarts() {
+    let p = pod_json(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "d", "uid": "u1"},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "plain"},
+            {"name": "retry-42", "restartPolicy": "Never", "restartPolicyRules": [
+                {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]},
+            {"name": "always-but", "restartPolicy": "Always"},
+            {"name": "fail-unless-0", "restartPolicy": "OnFailure", "restartPolicyRules": [
+                {"action": "Unknown", "exitCodes": {"operator": "NotIn", "values": [0]}},
+                {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [1, 2]}}]},
+        ]}
+    }));
+    let i = PodInfo::from_api(&p).unwrap();
+    let c = |n: &str| i.container(n).unwrap();
+    let pol = i.restart_policy;
+    assert_eq!(pol, RestartPolicy::Never);
+    // no policy of its own: the pod's
+    assert!(!c("plain").should_restart(pol, 1));
+    assert!(!c("plain").always_restarts(pol));
+    assert!(c("plain").should_restart(RestartPolicy::OnFailure, 1));
+    // a rule matching the exit code restarts a Never container; others fall to Never
+    assert!(c("retry-42").should_restart(pol, 42));
+    assert!(!c("retry-42").should_restart(pol, 0));
+    assert!(!c("retry-42").should_restart(pol, 1));
+    // its own Always beats the pod's Never
+    assert!(c("always-but").always_restarts(pol));
+    assert!(c("always-but").should_restart(pol, 0));
+    // an unknown action falls through; NotIn [1, 2] restarts 3 and 0 (a rule, not the
+    // policy: OnFailure alone would not restart 0); 1 by OnFailure
+    let f = c("fail-unless-0");
+    assert!(f.should_restart(pol, 3));
+    assert!(f.should_restart(pol, 0));
+    assert!(f.should_restart(pol, 1));
+    assert!(!f.always_restarts(pol));
+}

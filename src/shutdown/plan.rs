@@ -123,6 +123,7 @@ pub fn plan(groups: &[Group], pods: &[PodFacts]) -> Vec<Stage> {
 /// The kill request's reason for a shutdown: the kubelet's status and `DisruptionTarget`.
 pub fn kill_reason() -> KillReason {
     KillReason::Requested {
+        by: crate::lifecycle::Requester::NodeShutdown,
         disruption: Some(DISRUPTION.into()),
         reason: Some(REASON.into()),
         message: MESSAGE.into(),

@@ -36,9 +36,14 @@
 //!
 //! So a pod with a never-started or vanished container ends `Failed`, never `Succeeded`.
 //!
-//! A kill of the kubelet's own ([`KillReason::Requested`]: graceful node shutdown, node-pressure
-//! eviction, admission preemption) ends `Failed` whatever the exit codes: its status function
-//! (`killPodFunc`'s) sets `Failed` when the kill starts, and a terminal phase never changes.
+//! A kill of the kubelet's own ([`KillReason::Requested`]) sets the phase by who asked
+//! ([`crate::lifecycle::PhaseRule`]): graceful node shutdown and an active deadline end
+//! `Failed` with their reason and message whatever the exit codes; a node-pressure eviction's
+//! `Failed`/`Evicted` is the kubelet's cached status only until the kill ends, when the exit
+//! codes' phase replaces it (`Succeeded` if every regular container exited 0), and its reason
+//! and message are kept only when that phase is `Failed` (`generateAPIPodStatus` copies them
+//! only from a status of the same phase); the `DisruptionTarget` condition, with the message,
+//! is kept either way (measured on the real kubelet v1.36.5).
 //!
 //! **Ready and ContainersReady** (`GenerateContainersReadyCondition`; `GeneratePodReadyCondition`
 //! copies status, reason and message when it is not True), both False ([`NotReady`]):
@@ -76,7 +81,7 @@
 //!   always carries `metadata.uid`.
 
 use crate::cri::ContainerRunState;
-use crate::lifecycle::KillReason;
+use crate::lifecycle::{KillReason, PhaseRule};
 use crate::pod::PodInfo;
 use serde_json::{Value, json};
 
@@ -131,10 +136,16 @@ pub struct TerminalStatus {
     pub message: Option<String>,
     /// `DisruptionTarget` reason, if whoever ended the pod gave one.
     pub disruption: Option<String>,
+    /// The `DisruptionTarget` condition's message (the request's, kept even when the phase
+    /// drops the pod-level reason and message).
+    pub disruption_message: Option<String>,
     /// `Ready` and `ContainersReady`.
     pub not_ready: NotReady,
     pub container_statuses: Vec<Value>,
     pub init_container_statuses: Vec<Value>,
+    /// `status.observedGeneration` and each written condition's: the pod's
+    /// `metadata.generation` as last seen (the kubelet sets both on every status write).
+    pub observed_generation: Option<i64>,
 }
 
 pub const UNKNOWN_REASON: &str = "ContainerStatusUnknown";
@@ -276,8 +287,11 @@ pub fn terminal_status(
     // the kubelet's own kills set `Failed` through their status function when they start
     // (`killPodFunc`'s callers: node shutdown, node-pressure eviction, admission preemption),
     // and a terminal phase is never changed afterwards
-    let kubelet_kill = matches!(reason, Some(KillReason::Requested { .. }));
-    let succeeded = !kubelet_kill
+    let forced_failed = matches!(
+        reason,
+        Some(KillReason::Requested { by, .. }) if by.phase_rule() == PhaseRule::Failed
+    );
+    let succeeded = !forced_failed
         && !regular.is_empty()
         && regular
             .iter()
@@ -301,6 +315,7 @@ pub fn terminal_status(
             disruption,
             reason,
             message,
+            ..
         }) => (
             reason.clone(),
             Some(message.clone()).filter(|m| !m.is_empty()),
@@ -308,17 +323,27 @@ pub fn terminal_status(
         ),
         _ => (None, None, None),
     };
+    let disruption_message = message.clone().filter(|_| disruption.is_some());
+    // the exit codes' phase keeps the request's reason and message only when it is `Failed`
+    // as well (`generateAPIPodStatus` copies them only from a status of the same phase)
+    let (reason, message) = if phase == Phase::Succeeded {
+        (None, None)
+    } else {
+        (reason, message)
+    };
     Ok(Some(TerminalStatus {
         phase,
         reason,
         message,
         disruption,
+        disruption_message,
         not_ready: NotReady {
             reason: not_ready.0,
             message: not_ready.1,
         },
         container_statuses,
         init_container_statuses,
+        observed_generation: pod.generation,
     }))
 }
 
@@ -345,16 +370,24 @@ pub fn status_patch(uid: &str, st: &TerminalStatus, now: &str) -> Value {
     let mut conditions = vec![not_ready("Ready"), not_ready("ContainersReady")];
     if let Some(d) = &st.disruption {
         let mut c = json!({"type": DISRUPTION_TARGET, "status": "True", "reason": d, "lastTransitionTime": now});
-        if let Some(m) = &st.message {
+        if let Some(m) = &st.disruption_message {
             c["message"] = m.clone().into();
         }
         conditions.push(c);
+    }
+    if let Some(g) = st.observed_generation {
+        for c in &mut conditions {
+            c["observedGeneration"] = g.into();
+        }
     }
     let mut status = json!({
         "phase": st.phase.as_str(),
         "conditions": conditions,
         "containerStatuses": st.container_statuses,
     });
+    if let Some(g) = st.observed_generation {
+        status["observedGeneration"] = g.into();
+    }
     if !st.init_container_statuses.is_empty() {
         status["initContainerStatuses"] = st.init_container_statuses.clone().into();
     }

@@ -9,6 +9,7 @@ fn pod(regular: &[&str], sidecars: &[&str]) -> PodInfo {
         name: (*n).into(),
         pre_stop: None,
         ports: vec![],
+        restart: None,
     };
     p.containers = regular.iter().map(spec).collect();
     p.sidecars = sidecars.iter().map(spec).collect();
@@ -276,6 +277,7 @@ fn an_existing_disruption_target_is_seen_whatever_its_reason() {
 fn patch_carries_uid_conditions_and_disruption_only_with_the_phase() {
     let p = pod(&["a"], &[]);
     let reason = KillReason::Requested {
+        by: crate::lifecycle::Requester::NodePressure,
         disruption: Some("TerminationByKubelet".into()),
         reason: Some("Evicted".into()),
         message: "The node was low on resource: memory.".into(),
@@ -326,4 +328,78 @@ fn a_kill_with_the_kubelets_status_is_failed_even_when_containers_exit_0() {
         .unwrap()
         .unwrap();
     assert_eq!(status_patch("u1", &s, "t")["status"]["phase"], "Succeeded");
+}
+
+#[test]
+fn an_eviction_takes_its_phase_from_the_exit_codes_and_keeps_the_condition() {
+    let p = pod(&["c"], &[]);
+    let message = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 679132Ki. Container c was using 2360688Ki, request is 0, has larger consumption of memory. ";
+    let evicted = KillReason::Requested {
+        by: crate::lifecycle::Requester::NodePressure,
+        disruption: Some("TerminationByKubelet".into()),
+        reason: Some("Evicted".into()),
+        message: message.into(),
+    };
+    // exit 0 on SIGTERM: Succeeded, no reason or message, the condition with the message
+    let s = terminal_status(&p, &[fin("c", 0)], Some(&evicted))
+        .unwrap()
+        .unwrap();
+    let patch = status_patch("u1", &s, "2026-01-01T00:00:00Z");
+    assert_eq!(patch["status"]["phase"], "Succeeded");
+    assert!(patch["status"].get("reason").is_none(), "{patch}");
+    assert!(patch["status"].get("message").is_none(), "{patch}");
+    let conds = patch["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conds[2]["type"], "DisruptionTarget");
+    assert_eq!(conds[2]["reason"], "TerminationByKubelet");
+    assert_eq!(conds[2]["message"], message);
+    // SIGKILL at the floor: Failed, Evicted and the message kept
+    let s = terminal_status(&p, &[fin("c", 137)], Some(&evicted))
+        .unwrap()
+        .unwrap();
+    let patch = status_patch("u1", &s, "2026-01-01T00:00:00Z");
+    assert_eq!(patch["status"]["phase"], "Failed");
+    assert_eq!(patch["status"]["reason"], "Evicted");
+    assert_eq!(patch["status"]["message"], message);
+    // a shutdown stays Failed whatever the exit codes
+    let s = terminal_status(
+        &p,
+        &[fin("c", 0)],
+        Some(&crate::shutdown::plan::kill_reason()),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(s.reason.as_deref(), Some("Terminated"));
+}
+
+/// `PodObservedGenerationTracking` (GA in v1.35): the status and every condition written
+/// carry the generation of the object last seen; an object without one (an orphan's rebuilt
+/// spec) writes none.
+#[test]
+fn every_status_write_carries_the_observed_generation() {
+    let mut p = pod(&["a"], &[]);
+    p.generation = Some(3);
+    let evicted = crate::shutdown::plan::kill_reason();
+    let s = terminal_status(&p, &[fin("a", 0)], Some(&evicted))
+        .unwrap()
+        .unwrap();
+    let patch = status_patch("u1", &s, "t");
+    assert_eq!(patch["status"]["observedGeneration"], 3);
+    let conds = patch["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conds.len(), 3);
+    assert!(
+        conds.iter().all(|c| c["observedGeneration"] == 3),
+        "{patch}"
+    );
+    p.generation = None;
+    let s = terminal_status(&p, &[fin("a", 0)], None).unwrap().unwrap();
+    let patch = status_patch("u1", &s, "t");
+    assert!(patch["status"].get("observedGeneration").is_none());
+    assert!(
+        patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.get("observedGeneration").is_none())
+    );
 }

@@ -149,6 +149,7 @@ pub async fn kill_pod_reporting<R: Runtime>(
                 name: c.name.clone(),
                 pre_stop: None,
                 ports: vec![],
+                restart: None,
             });
         let done = &flags[i].0;
         let span =
@@ -291,6 +292,7 @@ async fn kill_container<R: Runtime>(
             name: pod.name.clone(),
             reason,
             message,
+            annotations: Default::default(),
         })
     };
     // a retried kill counts down to its first attempt's deadline, whatever happened since; a
@@ -473,6 +475,7 @@ mod tests {
             name: n.into(),
             pre_stop: h,
             ports: vec![],
+            restart: None,
         };
         p.containers = regular.iter().map(|(n, h)| spec(n, h.clone())).collect();
         p.sidecars = sidecars.iter().map(|n| spec(n, None)).collect();

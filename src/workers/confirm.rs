@@ -554,6 +554,7 @@ impl<R: Runtime> PodWorkers<R> {
                 "Not ended as an orphan: this pod is bound to node {}, reaplet on its host acts as node {node} (its node name is wrong)",
                 m.bound_to
             ),
+            annotations: Default::default(),
         });
         if let Some(metrics) = self.inner.metrics.get() {
             metrics.set_identity_problem(IdentityProblem::PodBoundElsewhere, true);

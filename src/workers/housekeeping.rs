@@ -39,7 +39,7 @@ use super::sweeps::Sweeps;
 use super::{KillRequest, PodWorkers, StaticPods};
 use crate::cri::{ContainerRunState, CriError, Runtime, RuntimeContainer};
 use crate::lifecycle::{KillReason, PodPhase};
-use crate::pod::{self, PodInfo, PodUid, RestartPolicy};
+use crate::pod::{self, PodInfo, PodUid};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -434,9 +434,7 @@ impl<R: Runtime> PodWorkers<R> {
         }
         self.remove_sandboxes(found.gc_sandboxes).await;
         for (pod, cs) in found.completion_checks {
-            if pod.restart_policy == RestartPolicy::OnFailure
-                && !self.all_exited_zero(&pod, &cs).await
-            {
+            if !self.none_restarts(&pod, &cs).await {
                 continue;
             }
             tracing::info!(pod = %pod.key(), podUID = %pod.uid, "all containers exited; pod completed");
@@ -497,10 +495,7 @@ impl<R: Runtime> PodWorkers<R> {
                     .workers
                     .get(uid)
                     .is_none_or(|w| w.phase() == PodPhase::Sync);
-                if in_sync
-                    && pod.restart_policy != RestartPolicy::Always
-                    && all_regular_exited(pod, cs)
-                {
+                if in_sync && may_complete(pod) && all_regular_exited(pod, cs) {
                     let cs = cs.iter().map(|c| (*c).clone()).collect();
                     found.completion_checks.push((pod.clone(), cs));
                 }
@@ -593,10 +588,17 @@ impl<R: Runtime> PodWorkers<R> {
     }
 
     /// `OnFailure` completion: every regular container's newest instance exited with 0.
-    async fn all_exited_zero(&self, pod: &PodInfo, cs: &[RuntimeContainer]) -> bool {
+    /// Whether no regular container's latest attempt restarts for the code it exited with
+    /// (`getPhase`: every stopped container not restartable makes the pod terminal; with
+    /// `ContainerRestartRules`, each container's own policy and rules decide). An exit code
+    /// that cannot be read counts as a restart: a terminal phase is never undone.
+    async fn none_restarts(&self, pod: &PodInfo, cs: &[RuntimeContainer]) -> bool {
         for c in latest_regular(pod, cs) {
+            let Some(spec) = pod.containers.iter().find(|s| s.name == c.name) else {
+                return false;
+            };
             match self.inner.runtime.container_status(&c.id).await {
-                Ok(d) if d.exit_code == 0 => {}
+                Ok(d) if !spec.should_restart(pod.restart_policy, d.exit_code) => {}
                 Ok(_) => return false,
                 Err(e) => {
                     tracing::debug!(err = %e, "container status failed");
@@ -713,6 +715,14 @@ fn latest_regular<'a>(pod: &PodInfo, cs: &'a [RuntimeContainer]) -> Vec<&'a Runt
 }
 
 /// Every regular container of the spec has a runtime container and its newest one exited.
+/// Whether the pod can complete at all: no regular container restarts whatever its exit code
+/// (its own policy, else the pod's, is not `Always`).
+pub(super) fn may_complete(pod: &PodInfo) -> bool {
+    !pod.containers
+        .iter()
+        .any(|c| c.always_restarts(pod.restart_policy))
+}
+
 pub(super) fn all_regular_exited(pod: &PodInfo, cs: &[&RuntimeContainer]) -> bool {
     !pod.containers.is_empty()
         && pod.containers.iter().all(|spec| {

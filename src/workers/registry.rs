@@ -369,6 +369,23 @@ impl<R: Runtime> PodWorkers<R> {
         out
     }
 
+    /// The pods not yet stopped (as [`Self::active_pods`]) that have an
+    /// `activeDeadlineSeconds`: only those are copied out.
+    pub fn active_with_deadline(&self) -> Vec<PodInfo> {
+        let reg = self.registry();
+        reg.desired
+            .values()
+            .filter(|p| {
+                p.active_deadline_seconds.is_some()
+                    && reg
+                        .workers
+                        .get(&p.uid)
+                        .is_none_or(|w| matches!(w.phase(), PodPhase::Sync | PodPhase::Terminating))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The view of one pod.
     pub fn view(&self, uid: &PodUid) -> Option<PodView> {
         let reg = self.registry();

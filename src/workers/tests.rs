@@ -38,6 +38,7 @@ fn pod(names: &[&str]) -> PodInfo {
             name: (*n).into(),
             pre_stop: None,
             ports: vec![],
+            restart: None,
         })
         .collect();
     p

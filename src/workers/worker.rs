@@ -223,6 +223,7 @@ impl<R: Runtime> Worker<R> {
             name: self.pod.name.clone(),
             reason,
             message,
+            annotations: Default::default(),
         });
     }
 
@@ -623,6 +624,7 @@ impl<R: Runtime> Worker<R> {
                                 name: name.clone(),
                                 reason: EventReason::FailedUnMount,
                                 message: format!("UnmountVolume.TearDown failed: {h}"),
+                                annotations: Default::default(),
                             });
                         };
                         let authority = inner.authority.clone();

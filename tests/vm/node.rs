@@ -18,7 +18,7 @@
 //!    (137); reaplet's status PATCH and DELETE; slices, cgroups, the emptyDir tmpfs, running
 //!    containers and ready sandboxes gone;
 //! 3. `node_upgrade_while_active_keeps_terminations`: reaplet active, the upgrade package
-//!    unpacked (the old process runs on), a TERM-ignoring pod (grace 30) deleted, the package
+//!    unpacked (the old process runs on), a TERM-ignoring pod (grace 45) deleted, the package
 //!    configured 3 s later (postinst's `try-restart`): the new process resumes on the takeover's
 //!    proof within the grace, the pod is SIGKILLed at its grace (no gap: a new takeover would
 //!    have added 20 s), and the running pod beside it is untouched;

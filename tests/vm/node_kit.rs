@@ -87,7 +87,7 @@ pub(super) struct Node {
 pub(super) const LIVE: [&str; 2] = ["live-term", "live-kill"];
 pub(super) const TAKEN: [&str; 2] = ["hooked", "stubborn"];
 pub(super) const SLOW: &str = "slow";
-pub(super) const SLOW_GRACE: i64 = 30;
+pub(super) const SLOW_GRACE: i64 = 45;
 pub(super) const BYSTANDER: &str = "bystander";
 pub(super) const PW_KILL: &str = "pw-kill";
 pub(super) const PW_GRACE: i64 = 4;
