@@ -471,3 +471,46 @@ async fn processes_left_in_the_pod_cgroup_are_killed_and_the_cgroup_removed() {
     h.assert_gone(&p.uid).await;
     h.shutdown().await;
 }
+
+/// Issue 45 §3: container restart rules (`ContainerRestartRules`, on since v1.35) decide
+/// completion as the kubelet's `getPhase` does: a container whose own `restartPolicy: Never`
+/// overrides the pod's `Always` makes the pod complete when it exits; a `Restart` rule
+/// matching the exit code keeps a `Never` pod from completing (the kubelet restarts that
+/// container), for the whole window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_restart_rules_decide_whether_a_pod_completes() {
+    let h = Harness::new("rules").await;
+    let with = |t: &PodTemplate, f: &dyn Fn(&mut serde_json::Value)| {
+        let mut obj = t.api_object();
+        f(&mut obj);
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(obj).unwrap();
+        reaplet::pod::PodInfo::from_api(&pod).unwrap()
+    };
+    // the pod says Always, the container Never: it completes
+    let own = PodTemplate::new("own-never", 30).container(ContainerTemplate::new("job", "exit 1"));
+    // the pod says Never, a rule restarts exit 42: it does not complete
+    let mut retried =
+        PodTemplate::new("retried", 30).container(ContainerTemplate::new("job", "exit 42"));
+    retried.restart_policy = "Never";
+    let po = launch(&h.tb, &own).await.unwrap();
+    let pr = launch(&h.tb, &retried).await.unwrap();
+    h.desire(vec![
+        with(&own, &|o| {
+            o["spec"]["containers"][0]["restartPolicy"] = "Never".into()
+        }),
+        with(&retried, &|o| {
+            o["spec"]["containers"][0]["restartPolicy"] = "Never".into();
+            o["spec"]["containers"][0]["restartPolicyRules"] = serde_json::json!([
+                {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}
+            ]);
+        }),
+    ]);
+    let v = h.wait_state(&po.uid, PodPhase::Finished, LIMIT).await;
+    assert_eq!(v.reason, Some(KillReason::Completed));
+    let window = std::time::Instant::now();
+    while window.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(h.workers.view(&pr.uid).unwrap().phase, PodPhase::Sync);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.shutdown().await;
+}

@@ -369,12 +369,17 @@ fn test_sh_all_green_exits_0_with_a_summary() {
         "{calls}"
     );
     assert!(!calls.contains("cargo bench"), "{calls}");
-    // the test binaries in lanes side by side, the VM test alone after them
+    // the test binaries in lanes side by side, then the ones run alone
     assert!(
         calls.contains("cargo test --no-run --all-targets"),
         "{calls}"
     );
     assert!(calls.contains("--test vm -- --show-output"), "{calls}");
+    // the short binaries with half-second bounds run alone, one after another, before it
+    assert!(
+        calls.contains("--test api --test pipeline --test vm -- --show-output"),
+        "{calls}"
+    );
 }
 
 #[test]

@@ -165,13 +165,13 @@ fn dec_scaled(u: &BigInt, scale: i64, new_scale: i64) -> i64 {
     }
 }
 
-enum Base {
+pub(crate) enum Base {
     Ten,
     Two,
 }
 
 /// `quantitySuffixer.interpret`: the base, the exponent and whether it is binary.
-fn interpret(s: &str) -> Option<(Base, i32)> {
+pub(crate) fn interpret(s: &str) -> Option<(Base, i32)> {
     let dec = |e| Some((Base::Ten, e));
     let bin = |e| Some((Base::Two, e));
     match s {

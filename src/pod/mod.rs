@@ -189,6 +189,15 @@ impl ContainerSpec {
         own.policy.restarts(exit_code)
     }
 
+    /// Whether the container restarts for no exit code (its effective policy is `Never` and
+    /// it has no rule that could restart it): its exit code need not be read.
+    pub fn never_restarts(&self, pod_policy: RestartPolicy) -> bool {
+        match &self.restart {
+            None => pod_policy == RestartPolicy::Never,
+            Some(r) => r.policy == RestartPolicy::Never && r.rules.is_empty(),
+        }
+    }
+
     /// Whether the container restarts whatever its exit code (its effective policy is
     /// `Always`: no rule can stop that).
     pub fn always_restarts(&self, pod_policy: RestartPolicy) -> bool {

@@ -69,33 +69,17 @@ fn split_quantity(s: &str) -> Parts<'_> {
     }
 }
 
-/// A suffix's base, exponent and format (`quantitySuffixer.interpret`).
+/// A suffix's base, exponent and format: the crate's `quantitySuffixer.interpret`, the
+/// format from the suffix's kind.
 fn interpret_suffix(suffix: &str) -> Option<(u32, i32, Format)> {
-    let dec = |e| Some((10, e, Format::DecimalSI));
-    let bin = |e| Some((2, e, Format::BinarySI));
-    match suffix {
-        "" => dec(0),
-        "n" => dec(-9),
-        "u" => dec(-6),
-        "m" => dec(-3),
-        "k" => dec(3),
-        "M" => dec(6),
-        "G" => dec(9),
-        "T" => dec(12),
-        "P" => dec(15),
-        "E" => dec(18),
-        "Ki" => bin(10),
-        "Mi" => bin(20),
-        "Gi" => bin(30),
-        "Ti" => bin(40),
-        "Pi" => bin(50),
-        "Ei" => bin(60),
-        s if s.len() > 1 && s.starts_with(['e', 'E']) => s[1..]
-            .parse::<i64>()
-            .ok()
-            .map(|e| (10, e as i32, Format::DecimalExponent)),
-        _ => None,
-    }
+    use crate::drain::quantity::{Base, interpret};
+    Some(match interpret(suffix)? {
+        (Base::Two, e) => (2, e, Format::BinarySI),
+        (Base::Ten, e) if suffix.len() > 1 && suffix.starts_with(['e', 'E']) => {
+            (10, e, Format::DecimalExponent)
+        }
+        (Base::Ten, e) => (10, e, Format::DecimalSI),
+    })
 }
 
 /// The format of a quantity's text, by its suffix (`Ki`…`Ei` binary, an `e` exponent

@@ -9,7 +9,8 @@
 //!   noticed within a second; the decisions are the kubelet's ([`super::manager`]), so no more
 //!   is evicted than it would: one pod per pass, and after an eviction the next pass only once
 //!   that pod is cleaned up (polled every second, at most 30 s, as the kubelet);
-//! * a pod's usage is read only when a pass must rank (the pods cgroup and each pod's cgroup);
+//! * a pod's usage is read only when a pass must rank (each pod's cgroup), its containers'
+//!   only for the pod evicted (one container listing);
 //! * the kill is the kubelet's: through the one seam, grace 1 s for a hard threshold (the
 //!   runtime still gets its 2 s floor per container), `min(evictionMaxPodGracePeriod, the
 //!   pod's own)` for a soft one, only-shorter for a pod already terminating; the status is
@@ -34,7 +35,7 @@ use crate::pod::{PodInfo, PodUid};
 use crate::workers::{KillRequest, PodWorkers};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -196,7 +197,7 @@ impl<R: Runtime> Runner<R> {
                 &format!("Attempting to reclaim {}", reclaim.resource.as_str()),
             );
         }
-        let mut candidates = self.candidates(&reclaim.resource).await;
+        let (mut candidates, cgroups) = self.candidates();
         if candidates.is_empty() {
             self.stuck_once("no pod to evict: the node has none active");
             return None;
@@ -217,8 +218,15 @@ impl<R: Runtime> Runner<R> {
             return None;
         };
         self.stuck = None;
-        self.evict(&reclaim, victim, &order);
-        Some(victim.uid.clone())
+        let mut victim = victim.clone();
+        // the message blames containers for memory only: read theirs for the victim alone
+        if reclaim.resource == Resource::Memory
+            && let (Some(stats), Some(rel)) = (victim.stats.as_mut(), cgroups.get(&victim.uid))
+        {
+            stats.containers = self.container_usage(&victim.uid, rel).await;
+        }
+        self.evict(&reclaim, &victim, &order);
+        Some(victim.uid)
     }
 
     fn stuck_once(&mut self, why: &'static str) {
@@ -229,10 +237,12 @@ impl<R: Runtime> Runner<R> {
     }
 
     /// The kubelet's active pods (not stopped, terminating ones included) that have an API
-    /// object, with their usage read now.
-    async fn candidates(&self, resource: &Resource) -> Vec<Candidate> {
+    /// object, with their pod-level usage read now (what ranking reads).
+    /// Also each candidate's pod cgroup (relative to the memory hierarchy).
+    fn candidates(&self) -> (Vec<Candidate>, HashMap<PodUid, PathBuf>) {
         let active: Vec<PodInfo> = self.cx.workers.active_pods();
         let mut out = Vec::with_capacity(active.len());
+        let mut cgroups = HashMap::with_capacity(active.len());
         for info in &active {
             let Some(pod) = self.pods.get(&info.uid) else {
                 continue;
@@ -244,42 +254,37 @@ impl<R: Runtime> Runner<R> {
                     continue;
                 }
             };
-            c.stats = self.stats(info, *resource == Resource::Memory).await;
+            let rel = self.cx.naming.pod_cgroup(&info.uid, info.qos);
+            c.stats = self.cx.reader.pod_usage(&rel).map(|u| PodStats {
+                working_set: u.working_set,
+                processes: u.processes,
+                containers: Vec::new(),
+            });
+            cgroups.insert(info.uid.clone(), rel);
             out.push(c);
         }
-        out
+        (out, cgroups)
     }
 
-    /// A pod's usage: its cgroup's working set and processes, and (for memory) each
-    /// container's working set, matched to its name through the runtime.
-    async fn stats(&self, info: &PodInfo, containers: bool) -> Option<PodStats> {
-        let rel = self.cx.naming.pod_cgroup(&info.uid, info.qos);
-        let usage = self.cx.reader.pod_usage(&rel)?;
-        let mut stats = PodStats {
-            working_set: usage.working_set,
-            processes: usage.processes,
-            containers: Vec::new(),
+    /// Each running container's working set, matched to its name through one listing of the
+    /// pod's containers.
+    async fn container_usage(&self, uid: &PodUid, rel: &Path) -> Vec<(String, u64)> {
+        let Ok(cs) = self.cx.runtime.list_containers(Some(uid.as_str())).await else {
+            return Vec::new();
         };
-        if containers
-            && let Ok(cs) = self
-                .cx
-                .runtime
-                .list_containers(Some(info.uid.as_str()))
-                .await
-        {
-            let mut latest: Vec<&crate::cri::RuntimeContainer> = Vec::new();
-            for c in cs.iter().filter(|c| c.state.may_run()) {
-                if !latest.iter().any(|l| l.name == c.name) {
-                    latest.push(c);
-                }
-            }
-            for c in latest {
-                if let Some(ws) = container_working_set(&self.cx.reader, &rel, &c.id) {
-                    stats.containers.push((c.name.clone(), ws));
-                }
+        let mut latest: Vec<&crate::cri::RuntimeContainer> = Vec::new();
+        for c in cs.iter().filter(|c| c.state.may_run()) {
+            if !latest.iter().any(|l| l.name == c.name) {
+                latest.push(c);
             }
         }
-        Some(stats)
+        latest
+            .into_iter()
+            .filter_map(|c| {
+                let ws = container_working_set(&self.cx.reader, rel, &c.id)?;
+                Some((c.name.clone(), ws))
+            })
+            .collect()
     }
 
     fn evict(&self, reclaim: &Reclaim, victim: &Candidate, order: &[String]) {

@@ -597,6 +597,10 @@ impl<R: Runtime> PodWorkers<R> {
             let Some(spec) = pod.containers.iter().find(|s| s.name == c.name) else {
                 return false;
             };
+            // no exit code restarts it: no runtime call
+            if spec.never_restarts(pod.restart_policy) {
+                continue;
+            }
             match self.inner.runtime.container_status(&c.id).await {
                 Ok(d) if !spec.should_restart(pod.restart_policy, d.exit_code) => {}
                 Ok(_) => return false,
