@@ -54,6 +54,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 T0=$EPOCHREALTIME
+# what a failure on another machine needs to be read: the kernel, the cgroup layout, memory
+say "machine: $(uname -r), $(nproc) cores, cgroup $(stat -fc %T /sys/fs/cgroup/) at /sys/fs/cgroup$(
+    [ -d /sys/fs/cgroup/memory ] && echo ' (memory controller on v1)'), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) memory, $(awk '/SwapTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) swap"
 # seconds since $1 (an $EPOCHREALTIME), one decimal
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -152,7 +155,7 @@ test:drain_real 88 test:node_identity 82 test:handover 79 test:api_sick 78 test:
 bench:termination 60 test:drain 48 test:leaks 44 test:container_events 31 test:evictions 25
 test:api 24 test:hostile_input 19 test:pipeline 19 test:standby 17 test:volumes 15 test:cli 13
 test:timeline 11 lib:reaplet 10 test:statuses 8 test:shutdown 6 test:otel 5 test:scripts 5
-test:config_cli 1 bench:fleet 1 bin:reaplet 1"
+test:config_cli 1 bench:fleet 1 bin:reaplet 1 test:kubelet_reasons 150"
 ALONE="test:api test:pipeline test:shutdown test:container_events test:vm"
 
 # every target of the package as kind:name (lib, bin, test, bench), from cargo's metadata

@@ -364,9 +364,11 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
     let mut h = ApiHarness::new("pressure").await;
     let api = h.api.handle();
     let gate = common::gate::Gate::start().await;
+    // tail keeps what it reads until its input ends; the sleep holds the input open, so the
+    // memory stays taken until the pod is ended (without it, tail's exit frees it)
     let hog_script = format!(
         "trap 'exit 0' TERM; until wget -q -O /dev/null http://{}/hog; do sleep 0.1; done; \
-         head -c 400000000 /dev/zero | tail >/dev/null & sleep 3600 & wait $!",
+         (head -c 400000000 /dev/zero; sleep 3600) | tail >/dev/null & sleep 3600 & wait $!",
         gate.addr
     );
     let hog = PodTemplate::new("hog", 30).container(ContainerTemplate::new("app", &hog_script));
@@ -379,19 +381,64 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
             json!({"requests": {"cpu": "10m", "memory": "64Mi"}});
     })
     .await;
-    // the pods' cgroup (`kubepods` below the test bed's cgroup root), limited as the kubelet
-    // limits it to node allocatable
-    let kubepods = format!("/sys/fs/cgroup/memory{}/kubepods", h.tb.cgroup_root);
-    let unified = format!("/sys/fs/cgroup{}/kubepods", h.tb.cgroup_root);
-    let (limit_file, value) = if std::path::Path::new(&kubepods).is_dir() {
-        (
-            format!("{kubepods}/memory.limit_in_bytes"),
-            LIMIT_BYTES.to_string(),
-        )
+    // the pods' cgroup (`kubepods` below the test bed's cgroup root) as reaplet reads it,
+    // limited as the kubelet limits it to node allocatable
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let hierarchies = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
+    let naming = reaplet::cgroups::CgroupNaming::new(
+        reaplet::cgroups::CgroupDriver::Cgroupfs,
+        &h.tb.cgroup_root,
+    )
+    .unwrap();
+    let reader = reaplet::pressure::signals::SignalReader::host(&hierarchies, &naming).unwrap();
+    let kubepods = reader.hierarchy().mount_point.join(
+        reader
+            .pods_cgroup()
+            .strip_prefix("/")
+            .unwrap_or(reader.pods_cgroup()),
+    );
+    let v1 = reader.hierarchy().version == reaplet::cgroups::CgroupVersion::V1;
+    let limit_file = kubepods.join(if v1 {
+        "memory.limit_in_bytes"
     } else {
-        (format!("{unified}/memory.max"), LIMIT_BYTES.to_string())
+        "memory.max"
+    });
+    std::fs::write(&limit_file, LIMIT_BYTES.to_string())
+        .unwrap_or_else(|e| panic!("{}: {e}", limit_file.display()));
+    // what a failure shows: both readings and the kernel's own figures for the pods' cgroup
+    let diagnose = {
+        let reader = reader.clone();
+        let kubepods = kubepods.clone();
+        move || {
+            let files = if v1 {
+                &[
+                    "memory.usage_in_bytes",
+                    "memory.limit_in_bytes",
+                    "memory.failcnt",
+                    "memory.oom_control",
+                ][..]
+            } else {
+                &["memory.current", "memory.max", "memory.events"][..]
+            };
+            let kernel: Vec<String> = files
+                .iter()
+                .map(|f| {
+                    let v =
+                        std::fs::read_to_string(kubepods.join(f)).unwrap_or_else(|e| e.to_string());
+                    format!(
+                        "{f}: {}",
+                        v.split_whitespace().collect::<Vec<_>>().join(" ")
+                    )
+                })
+                .collect();
+            format!(
+                "{} ({:?}): {kernel:?}; observed now {:?}",
+                kubepods.display(),
+                reader.hierarchy().version,
+                reader.observe()
+            )
+        }
     };
-    std::fs::write(&limit_file, &value).unwrap_or_else(|e| panic!("{limit_file}: {e}"));
     let kc = h.api.write_kubeconfig(h.root.path(), NODE);
     let mut cfg = h.config(Some(reaplet::api::client_config(Some(&kc)).await.unwrap()));
     cfg.authority = reaplet::standby::AuthoritySetting::Primary;
@@ -426,31 +473,23 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
     let exits = common::exits::Exits::watch(&client).await;
     // when the pods' cgroup crosses the threshold, watched here every 50 ms with the same
     // reading (allocatableMemory.available below 200Mi)
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let hierarchies = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
-    let naming = reaplet::cgroups::CgroupNaming::new(
-        reaplet::cgroups::CgroupDriver::Cgroupfs,
-        &h.tb.cgroup_root,
-    )
-    .unwrap();
-    let reader = reaplet::pressure::signals::SignalReader::host(&hierarchies, &naming).unwrap();
-    let crossing = tokio::spawn(async move {
-        loop {
-            if reader
-                .observe()
-                .allocatable_memory
-                .is_some_and(|o| o.available < 200 << 20)
-            {
-                return reaplet::wall_ns();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    let crossing = common::crossing::allocatable_below(reader, 200 << 20);
     let opened = reaplet::wall_ns();
     gate.open("hog");
     let st = exits
         .of(hog_pod.container_id("app"), Duration::from_secs(60), || {
-            format!("the hog was not evicted; writes {:#?}", api.writes())
+            format!(
+                "the hog was not evicted; writes {:#?}; events {:?}; {}",
+                api.writes(),
+                api.events()
+                    .iter()
+                    .map(|e| format!(
+                        "{} {}: {}",
+                        e["reason"], e["involvedObject"]["name"], e["message"]
+                    ))
+                    .collect::<Vec<_>>(),
+                diagnose()
+            )
         })
         .await;
     let crossed = tokio::time::timeout(Duration::from_secs(1), crossing)
@@ -463,6 +502,7 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
          SIGTERM) {after:.2} s after the crossing (reaplet's pass: every 1 s; the kubelet's: 10 s)",
         (crossed - opened) as f64 / 1e9
     );
+    println!("after the eviction: {}", diagnose());
     assert_eq!(st.exit_code, 0);
     // one pass (1 s) and the kill (the trap exits at once); the rest is slack for a loaded
     // 2-core machine, and the 50 ms of this watch

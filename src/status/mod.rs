@@ -53,6 +53,13 @@
 //!   rewrites True ones): reason `ContainersNotReady`, message `containers with unready status:
 //!   [<sidecars> <containers>]` (every container is unready by then; spec order, space-separated).
 //!
+//! **PodReadyToStartContainers** False, no reason (`generatePodReadyToStartContainersCondition`:
+//! the sandbox is stopped before the terminal status is built; measured on the kubelet v1.36.5).
+//!
+//! **Initialized** (`GeneratePodInitializedCondition`): True with the reason `PodCompleted` when
+//! the phase is `Succeeded`; otherwise not written (it stays as it was: True once a container
+//! started).
+//!
 //! **DisruptionTarget** (status True; reasons from `core/v1/types.go`): says who ended the pod:
 //! `EvictionByEvictionAPI` (the API server), `DeletionByTaintManager`, `PreemptionByScheduler`,
 //! `DeletionByPodGC` (the control plane), `TerminationByKubelet` (the kubelet itself:
@@ -157,6 +164,8 @@ pub const CONTAINERS_NOT_READY: &str = "ContainersNotReady";
 /// The `DisruptionTarget` reason of every end the kubelet decides itself.
 pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
+pub const INITIALIZED: &str = "Initialized";
 
 /// RFC 3339 at second precision, as the API server stores `metav1.Time`.
 /// Container `name`'s latest attempt among `finals` (the one a terminal status reports, and
@@ -358,7 +367,9 @@ pub fn has_disruption_target(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
 
 /// The strategic-merge patch for the `status` subresource: carries `metadata.uid` so it fails
 /// on a pod recreated under the same name. Conditions merge by type: the patch carries only
-/// `Ready`, `ContainersReady` and, when `st.disruption` is set, `DisruptionTarget`.
+/// `PodReadyToStartContainers` (False: the sandbox is stopped; reaplet's own pod's is stopped
+/// right after its status is written), `Ready`, `ContainersReady`, `Initialized` for a
+/// `Succeeded` pod and, when `st.disruption` is set, `DisruptionTarget`.
 pub fn status_patch(uid: &str, st: &TerminalStatus, now: &str) -> Value {
     let not_ready = |kind: &str| {
         let mut c = json!({"type": kind, "status": "False", "reason": st.not_ready.reason, "lastTransitionTime": now});
@@ -367,13 +378,19 @@ pub fn status_patch(uid: &str, st: &TerminalStatus, now: &str) -> Value {
         }
         c
     };
-    let mut conditions = vec![not_ready("Ready"), not_ready("ContainersReady")];
+    // the sandbox is stopped by the time the kill ends: the kubelet's
+    // `generatePodReadyToStartContainersCondition` then says False, with no reason
+    let sandbox = json!({"type": POD_READY_TO_START_CONTAINERS, "status": "False", "lastTransitionTime": now});
+    let mut conditions = vec![sandbox, not_ready("Ready"), not_ready("ContainersReady")];
     if let Some(d) = &st.disruption {
         let mut c = json!({"type": DISRUPTION_TARGET, "status": "True", "reason": d, "lastTransitionTime": now});
         if let Some(m) = &st.disruption_message {
             c["message"] = m.clone().into();
         }
         conditions.push(c);
+    }
+    if st.phase == Phase::Succeeded {
+        conditions.push(json!({"type": INITIALIZED, "status": "True", "reason": POD_COMPLETED, "lastTransitionTime": now}));
     }
     if let Some(g) = st.observed_generation {
         for c in &mut conditions {

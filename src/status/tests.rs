@@ -162,7 +162,12 @@ fn created_but_never_started_is_unknown_137_and_the_pod_failed_through_pending()
         }
     );
     let patch = status_patch("u1", &s, "t");
-    for c in patch["status"]["conditions"].as_array().unwrap() {
+    for c in patch["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] != POD_READY_TO_START_CONTAINERS)
+    {
         assert_eq!(c["reason"], CONTAINERS_NOT_READY);
         assert_eq!(c["message"], "containers with unready status: [a late]");
     }
@@ -202,7 +207,12 @@ fn ready_reasons_follow_the_phase() {
         (Phase::Failed, POD_FAILED)
     );
     let patch = status_patch("u1", &bad, "t");
-    for c in patch["status"]["conditions"].as_array().unwrap() {
+    for c in patch["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] != POD_READY_TO_START_CONTAINERS)
+    {
         assert_eq!(c["status"], "False");
         assert_eq!(c["reason"], POD_FAILED);
         assert!(c.get("message").is_none());
@@ -291,17 +301,31 @@ fn patch_carries_uid_conditions_and_disruption_only_with_the_phase() {
     assert_eq!(patch["status"]["reason"], "Evicted");
     let conds = patch["status"]["conditions"].as_array().unwrap();
     let types: Vec<&str> = conds.iter().map(|c| c["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["Ready", "ContainersReady", "DisruptionTarget"]);
-    assert!(conds[..2].iter().all(|c| c["status"] == "False"));
-    assert_eq!(conds[2]["reason"], "TerminationByKubelet");
-    assert_eq!(conds[2]["message"], "The node was low on resource: memory.");
-    assert!(conds[..2].iter().all(|c| c["reason"] == POD_FAILED));
+    assert_eq!(
+        types,
+        [
+            "PodReadyToStartContainers",
+            "Ready",
+            "ContainersReady",
+            "DisruptionTarget"
+        ]
+    );
+    assert!(conds[..3].iter().all(|c| c["status"] == "False"));
+    assert_eq!(conds[3]["reason"], "TerminationByKubelet");
+    assert_eq!(conds[3]["message"], "The node was low on resource: memory.");
+    assert!(conds[1..3].iter().all(|c| c["reason"] == POD_FAILED));
+    // the sandbox is stopped: no reason, no message (measured on the kubelet v1.36.5)
+    assert!(conds[0].get("reason").is_none() && conds[0].get("message").is_none());
     // without a disruption reason there is no DisruptionTarget
     let s = terminal_status(&p, &[fin("a", 0)], Some(&KillReason::Deleted))
         .unwrap()
         .unwrap();
     let patch = status_patch("u1", &s, "t");
-    assert_eq!(patch["status"]["conditions"].as_array().unwrap().len(), 2);
+    let conds = patch["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conds.iter().all(|c| c["type"] != "DisruptionTarget"),
+        "{patch}"
+    );
 }
 
 /// The kubelet's own kills (graceful node shutdown, node-pressure eviction, admission
@@ -322,7 +346,7 @@ fn a_kill_with_the_kubelets_status_is_failed_even_when_containers_exit_0() {
         "Pod was terminated in response to imminent node shutdown."
     );
     let conds = patch["status"]["conditions"].as_array().unwrap();
-    assert!(conds[..2].iter().all(|c| c["reason"] == POD_FAILED));
+    assert!(conds[1..3].iter().all(|c| c["reason"] == POD_FAILED));
     // a kill without such a status keeps the phase the exits say
     let s = terminal_status(&p, &[fin("a", 0), fin("b", 0)], Some(&KillReason::Deleted))
         .unwrap()
@@ -349,9 +373,9 @@ fn an_eviction_takes_its_phase_from_the_exit_codes_and_keeps_the_condition() {
     assert!(patch["status"].get("reason").is_none(), "{patch}");
     assert!(patch["status"].get("message").is_none(), "{patch}");
     let conds = patch["status"]["conditions"].as_array().unwrap();
-    assert_eq!(conds[2]["type"], "DisruptionTarget");
-    assert_eq!(conds[2]["reason"], "TerminationByKubelet");
-    assert_eq!(conds[2]["message"], message);
+    assert_eq!(conds[3]["type"], "DisruptionTarget");
+    assert_eq!(conds[3]["reason"], "TerminationByKubelet");
+    assert_eq!(conds[3]["message"], message);
     // SIGKILL at the floor: Failed, Evicted and the message kept
     let s = terminal_status(&p, &[fin("c", 137)], Some(&evicted))
         .unwrap()
@@ -386,7 +410,7 @@ fn every_status_write_carries_the_observed_generation() {
     let patch = status_patch("u1", &s, "t");
     assert_eq!(patch["status"]["observedGeneration"], 3);
     let conds = patch["status"]["conditions"].as_array().unwrap();
-    assert_eq!(conds.len(), 3);
+    assert_eq!(conds.len(), 4);
     assert!(
         conds.iter().all(|c| c["observedGeneration"] == 3),
         "{patch}"
@@ -401,5 +425,35 @@ fn every_status_write_carries_the_observed_generation() {
             .unwrap()
             .iter()
             .all(|c| c.get("observedGeneration").is_none())
+    );
+}
+
+/// `GeneratePodInitializedCondition`: a pod whose phase is `Succeeded` is initialized with the
+/// reason `PodCompleted` (measured on the kubelet v1.36.5: an evicted pod exiting 0); a
+/// `Failed` one keeps the `Initialized` it had (True, no reason, once a container started).
+#[test]
+fn a_succeeded_pod_is_initialized_with_pod_completed() {
+    let p = pod(&["a"], &[]);
+    let ok = terminal_status(&p, &[fin("a", 0)], None).unwrap().unwrap();
+    let patch = status_patch("u1", &ok, "t");
+    let init: Vec<&Value> = patch["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "Initialized")
+        .collect();
+    assert_eq!(init.len(), 1, "{patch}");
+    assert_eq!(init[0]["status"], "True");
+    assert_eq!(init[0]["reason"], POD_COMPLETED);
+    assert!(init[0].get("message").is_none());
+    let bad = terminal_status(&p, &[fin("a", 1)], None).unwrap().unwrap();
+    let patch = status_patch("u1", &bad, "t");
+    assert!(
+        patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Initialized"),
+        "{patch}"
     );
 }

@@ -4,7 +4,7 @@
 //! busybox `wget` (retrying until answered), then exits with its code. Shared by
 //! `tests/container_events.rs` and the `exits` benchmark.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,6 +20,8 @@ struct Open {
 pub struct Gate {
     pub addr: SocketAddr,
     open: watch::Sender<Open>,
+    /// When each path was first asked for (wall-clock ns, [`reaplet::wall_ns`]).
+    arrived: Arc<std::sync::Mutex<HashMap<String, i64>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -32,9 +34,12 @@ impl Gate {
         let addr = listener.local_addr().expect("gate: local addr");
         let (open, _) = watch::channel(Open::default());
         let tx = open.clone();
+        let arrived: Arc<std::sync::Mutex<HashMap<String, i64>>> = Arc::default();
+        let seen = arrived.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let mut rx = tx.subscribe();
+                let seen = seen.clone();
                 tokio::spawn(async move {
                     // the request line: "GET /<path> HTTP/1.1"
                     let mut buf = vec![0u8; 1024];
@@ -52,6 +57,8 @@ impl Gate {
                         .unwrap_or("/")
                         .trim_start_matches('/')
                         .to_owned();
+                    let now = reaplet::wall_ns();
+                    seen.lock().unwrap().entry(path.clone()).or_insert(now);
                     if rx
                         .wait_for(|o| o.all || o.paths.contains(&path))
                         .await
@@ -66,7 +73,12 @@ impl Gate {
                 });
             }
         });
-        Gate { addr, open, task }
+        Gate {
+            addr,
+            open,
+            arrived,
+            task,
+        }
     }
 
     /// A container script: waits at the gate for `path`, then exits with `code`.
@@ -75,6 +87,12 @@ impl Gate {
             "until wget -q -O /dev/null http://{}/{path}; do sleep 0.1; done; exit {code}",
             self.addr
         )
+    }
+
+    /// When `path` was first asked for (wall-clock ns), if it was.
+    #[allow(dead_code)] // the tests only
+    pub fn arrived(&self, path: &str) -> Option<i64> {
+        self.arrived.lock().unwrap().get(path).copied()
     }
 
     /// Opens the gate for `path`: its waiting containers exit now.

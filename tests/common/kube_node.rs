@@ -56,12 +56,19 @@ pub fn uid(pod: &Value) -> String {
 impl KubeNode {
     /// containerd, etcd, the API server and the kubelet, all ready.
     pub async fn start(name: &str) -> KubeNode {
+        Self::start_with(name, super::k8s::kubelet::DEFAULT_EVICTION).await
+    }
+
+    /// [`Self::start`] with the kubelet's eviction settings `eviction` (KubeletConfiguration
+    /// lines, which reaplet reads from the same file).
+    pub async fn start_with(name: &str, eviction: &str) -> KubeNode {
         let tb = Testbed::start(repo(), name);
         let cluster = Cluster::start(Options {
             nodes: vec![NODE.into()],
         })
         .await;
-        let kubelet = Kubelet::start(&cluster, &tb.endpoint(), &tb.cgroup_root).await;
+        let kubelet =
+            Kubelet::start_with(&cluster, &tb.endpoint(), &tb.cgroup_root, eviction).await;
         let reaplet_log = cluster.dir.path().join("reaplet.log");
         KubeNode {
             reaplet: None,

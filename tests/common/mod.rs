@@ -441,6 +441,7 @@ pub async fn assert_runs_for(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+pub mod crossing;
 pub mod gate;
 pub mod helm;
 #[path = "kube/mod.rs"]

@@ -15,7 +15,8 @@
 //!
 //! The files: `stack.rs` the node under test (a Stack) and the takeover, `audit.rs` the audit log
 //! read as it grows, `pods.rs` the pod scenarios (one pod, a burst, natural exit), `taint.rs` the
-//! NoExecute taint, `taint4.rs` the same on a node of four pods, `outage.rs` the API server outage;
+//! NoExecute taint, `taint4.rs` the same on a node of four pods, `outage.rs` the API server outage,
+//! `pressure.rs` node-pressure eviction against the OOM killer;
 //! here the entry, the pods they create and the closing table.
 
 #[path = "../../../tests/common/kube/mod.rs"]
@@ -29,6 +30,7 @@ mod audit;
 mod json_tail;
 mod outage;
 mod pods;
+mod pressure;
 mod stack;
 mod taint;
 mod taint4;
@@ -124,7 +126,9 @@ fn print_rows(rows: &[Row]) {
 }
 
 /// The scenarios, by the name `kubelet:<name>` runs alone.
-pub const SCENARIOS: [&str; 6] = ["one", "burst", "exit", "taint", "taint4", "outage"];
+pub const SCENARIOS: [&str; 7] = [
+    "one", "burst", "exit", "taint", "taint4", "outage", "pressure",
+];
 
 /// Every scenario of `only` (all when empty), then the table; a failed scenario is reported
 /// and the others still run.
@@ -160,6 +164,12 @@ pub async fn kubelet(only: &[&str]) -> R<()> {
     }
     if want("outage") {
         take("outage", outage::outage_side(30).await);
+    }
+    if want("pressure") {
+        take(
+            "pressure",
+            pressure::pressure_side(&[10, 25, 50, 100]).await,
+        );
     }
     header(&format!(
         "kubelet vs reaplet: the table ({:.0} s in all)",

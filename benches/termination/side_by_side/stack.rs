@@ -23,13 +23,20 @@ pub(super) struct Stack {
 
 impl Stack {
     pub(super) async fn start(scenario: &str) -> Stack {
+        Self::start_with(scenario, k8s::kubelet::DEFAULT_EVICTION).await
+    }
+
+    /// [`Self::start`] with the kubelet's eviction settings `eviction` (KubeletConfiguration
+    /// lines; reaplet reads the same file after the takeover).
+    pub(super) async fn start_with(scenario: &str, eviction: &str) -> Stack {
         let t = Instant::now();
         let tb = Testbed::start(repo(), &format!("kb-{scenario}"));
         let cluster = Cluster::start(Options {
             nodes: vec![NODE.into()],
         })
         .await;
-        let kubelet = Kubelet::start(&cluster, &tb.endpoint(), &tb.cgroup_root).await;
+        let kubelet =
+            Kubelet::start_with(&cluster, &tb.endpoint(), &tb.cgroup_root, eviction).await;
         println!(
             "[{scenario}] containerd, etcd, kube-apiserver and the kubelet up in {:.1} s",
             t.elapsed().as_secs_f64()

@@ -29,6 +29,8 @@ pub struct Kubelet {
     pub root_dir: PathBuf,
     pub static_pod_path: PathBuf,
     pub healthz_port: u16,
+    /// the authenticated API port (x509 client certificates of the cluster's CA)
+    pub port: u16,
     pub config_file: PathBuf,
     args: Vec<String>,
     proc: Option<Proc>,
@@ -64,11 +66,26 @@ fn restore_tunables() {
     }
 }
 
+/// The test kubelet's eviction settings: no eviction whatever the machine does.
+pub const DEFAULT_EVICTION: &str =
+    r#"evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}"#;
+
 impl Kubelet {
     /// Starts the kubelet for `cluster`'s first node against the containerd at `endpoint`
     /// (`unix://…`), its pods below `cgroup_root`; waits until it answers healthz and the
     /// Node reports it (90 s at most).
     pub async fn start(cluster: &Cluster, endpoint: &str, cgroup_root: &str) -> Kubelet {
+        Self::start_with(cluster, endpoint, cgroup_root, DEFAULT_EVICTION).await
+    }
+
+    /// [`Self::start`] with `eviction` (KubeletConfiguration lines: `evictionHard`, reservations,
+    /// ...) in place of [`DEFAULT_EVICTION`].
+    pub async fn start_with(
+        cluster: &Cluster,
+        endpoint: &str,
+        cgroup_root: &str,
+        eviction: &str,
+    ) -> Kubelet {
         let node = cluster.nodes.first().expect("a node").clone();
         let dir = cluster.dir.path().join("kubelet");
         let root_dir = dir.join("root");
@@ -80,6 +97,7 @@ impl Kubelet {
         save_tunables();
         make_cgroup_root(cgroup_root);
         let healthz_port = free_port();
+        let port = free_port();
         let config_file = dir.join("config.yaml");
         let config = format!(
             r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -105,14 +123,13 @@ authorization: {{mode: AlwaysAllow}}
 protectKernelDefaults: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}}
+{eviction}
 fileCheckFrequency: 1s
 syncFrequency: 10s
 resolvConf: ""
 "#,
             static_pod_path = static_pod_path.display(),
             logs = logs.display(),
-            port = free_port(),
             ca = cluster.pki.ca.display(),
         );
         std::fs::write(&config_file, config).unwrap();
@@ -131,6 +148,7 @@ resolvConf: ""
             root_dir,
             static_pod_path,
             healthz_port,
+            port,
             config_file,
             args,
             proc: None,
