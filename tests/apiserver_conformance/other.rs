@@ -187,6 +187,7 @@ async fn fact_11_4_defaults_on_create(b: Backend) {
 
 both!(fact_11_5_pods_inherit_the_nodes_topology_labels);
 async fn fact_11_5_pods_inherit_the_nodes_topology_labels(b: Backend) {
+    let real = matches!(b, Backend::Real);
     let bed = Bed::new(b).await;
     let (zone, region) = (
         "topology.kubernetes.io/zone",
@@ -197,6 +198,30 @@ async fn fact_11_5_pods_inherit_the_nodes_topology_labels(b: Backend) {
         .patch("/api/v1/nodes/node-a", MERGE, &relabel("z1"))
         .await
         .expect(200, None);
+    if real {
+        // the real server's admission reads the Node from its informer, which may not have
+        // seen the relabel yet (a run here once got the pod's own `mine`): wait, by dry-run creates,
+        // until admission copies the new labels (bounded)
+        let t = std::time::Instant::now();
+        loop {
+            let r = bed
+                .admin
+                .post(
+                    "/api/v1/namespaces/default/pods?dryRun=All",
+                    &pod_body("probe", Some("node-a")),
+                )
+                .await;
+            if r.body["metadata"]["labels"][zone] == "z1" {
+                break;
+            }
+            assert!(
+                t.elapsed().as_secs() < 30,
+                "labels never copied: {:#}",
+                r.body
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     let mut own = pod_body("t0", Some("node-a"));
     own["metadata"]["labels"][zone] = "mine".into();
     let t0 = bed.create(own).await;
