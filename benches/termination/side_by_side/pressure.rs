@@ -70,9 +70,41 @@ async fn container_of(s: &Stack, name: &str) -> R<String> {
         .ok_or(format!("{name}: no container ID"))
 }
 
-async fn round(s: &Stack, gate: &Gate, reader: &SignalReader, name: &str, rate: u64) -> R<Round> {
+/// Container exits from the runtime's events (the kubelet removes an evicted pod's containers
+/// once it synced, so a `ContainerStatus` read after the exit can find nothing).
+struct ExitFeed {
+    sub: reaplet::cri::EventSubscription,
+    seen: std::collections::HashMap<String, (i32, i64)>,
+}
+
+impl ExitFeed {
+    fn exit_of(&mut self, id: &str) -> R<Option<(i32, i64)>> {
+        loop {
+            match self.sub.events.try_recv() {
+                Ok(ev) => {
+                    if let (reaplet::cri::ContainerEventKind::Exited, Some(c), Some(at)) =
+                        (ev.kind, ev.exit_code, ev.exited_at)
+                    {
+                        self.seen.entry(ev.container_id).or_insert((c, at));
+                    }
+                }
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(e) => return Err(format!("container events: {e}")),
+            }
+        }
+        Ok(self.seen.get(id).copied())
+    }
+}
+
+async fn round(
+    s: &Stack,
+    gate: &Gate,
+    reader: &SignalReader,
+    exits: &mut ExitFeed,
+    name: &str,
+    rate: u64,
+) -> R<Round> {
     let id = container_of(s, name).await?;
-    let client = s.tb.client();
     gate.open(name);
     let t0 = Instant::now();
     let mut start: Option<(Instant, i64)> = None;
@@ -87,15 +119,9 @@ async fn round(s: &Stack, gate: &Gate, reader: &SignalReader, name: &str, rate: 
                 crossed = Some((Instant::now(), ws, wall_ns()));
             }
         }
-        let st = client
-            .container_status(&id)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !st.state.may_run() {
-            let crossed = crossed.ok_or(format!(
-                "{name} exited {} before the crossing",
-                st.exit_code
-            ))?;
+        if let Some((exit_code, finished_at)) = exits.exit_of(&id)? {
+            let crossed =
+                crossed.ok_or(format!("{name} exited {exit_code} before the crossing"))?;
             let measured = match start {
                 Some((t, ws)) if crossed.0 > t => {
                     (crossed.1 - ws) as f64 / (1 << 20) as f64 / (crossed.0 - t).as_secs_f64()
@@ -105,12 +131,12 @@ async fn round(s: &Stack, gate: &Gate, reader: &SignalReader, name: &str, rate: 
             return Ok(Round {
                 rate,
                 measured,
-                evicted: match st.exit_code {
+                evicted: match exit_code {
                     0 => true,
                     99 | 137 => false,
                     c => return Err(format!("{name}: unexpected exit {c}")),
                 },
-                after: (st.finished_at - crossed.2) as f64 / 1e9,
+                after: (finished_at - crossed.2) as f64 / 1e9,
             });
         }
         if t0.elapsed() > Duration::from_secs(240) {
@@ -161,13 +187,44 @@ pub(super) async fn pressure_side(rates: &[u64]) -> R<Vec<Row>> {
     let gate = Gate::start().await;
     let mut bodies = Vec::new();
     let mut names_all = Vec::new();
+    // Priorities in round order: each agent's victim is the pod growing in that round whatever
+    // the kubelet's stats say (a pod missing from its summary ranks first, and the idle growers
+    // also exceed their request of 0).
     for who in [Who::Kubelet, Who::Reaplet] {
         for r in rates {
             let name = format!("grow-{}-{r}", &who.label()[..1]);
-            bodies.push(grower(&gate, &name, *r));
+            let (code, v) = s
+                .cluster
+                .raw(
+                    "POST",
+                    "/apis/scheduling.k8s.io/v1/priorityclasses",
+                    None,
+                    Some(&json!({
+                        "apiVersion": "scheduling.k8s.io/v1",
+                        "kind": "PriorityClass",
+                        "metadata": {"name": name},
+                        "value": 10 * (names_all.len() + 1),
+                    })),
+                )
+                .await;
+            if code != 201 {
+                return Err(format!("PriorityClass {name}: {code} {v}"));
+            }
+            let mut b = grower(&gate, &name, *r);
+            b["spec"]["priorityClassName"] = json!(name);
+            bodies.push(b);
             names_all.push(name);
         }
     }
+    let mut exits = ExitFeed {
+        sub: s
+            .tb
+            .client()
+            .container_events()
+            .await
+            .map_err(|e| e.to_string())?,
+        seen: Default::default(),
+    };
     let uids = s.create_all(&bodies).await?;
     s.wait_running(&names_all, Duration::from_secs(120)).await?;
     let mut results: Vec<Vec<Round>> = Vec::new();
@@ -179,7 +236,7 @@ pub(super) async fn pressure_side(rates: &[u64]) -> R<Vec<Row>> {
         let mut rounds = Vec::new();
         for r in rates {
             let name = format!("grow-{}-{r}", &who.label()[..1]);
-            let x = round(&s, &gate, &reader, &name, *r).await?;
+            let x = round(&s, &gate, &reader, &mut exits, &name, *r).await?;
             println!(
                 "{}: {r} MiB/s (measured {:.0}): {} {:.2} s after the crossing",
                 who.label(),
