@@ -31,12 +31,13 @@ fn mem_total() -> R<u64> {
         .ok_or("no MemTotal".into())
 }
 
-/// Waits at the gate, then takes [`START_BYTES`] and grows by `mib_s` MiB a second.
+/// Waits at the gate, then takes [`START_BYTES`] and grows by `mib_s` MiB a second. The
+/// writer stops when its reader is gone (an OOM-killed `tail`), so the pod exits 99.
 fn grower(gate: &Gate, name: &str, mib_s: u64) -> Value {
     let chunk = mib_s * (1 << 20) / 10;
     let script = format!(
         "trap 'exit 0' TERM; until wget -q -O /dev/null http://{addr}/{name}; do sleep 0.1; done; \
-         (head -c {START_BYTES} /dev/zero; while true; do head -c {chunk} /dev/zero; sleep 0.1; done) \
+         (head -c {START_BYTES} /dev/zero; while head -c {chunk} /dev/zero; do sleep 0.1; done) \
          | tail >/dev/null & wait $!; exit 99",
         addr = gate.addr
     );
