@@ -5,7 +5,7 @@
 # supports), or Debian's containerd 1.6 with REAPLET_TESTBED_RUNTIME=debian (the compatibility
 # job: reaplet also stands by on older nodes). runc is Debian's either way.
 #
-#   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc, dbus-daemon, chromium, jq if missing
+#   testbed/testbed.sh install   apt-get install containerd, runc, busybox-static, gcc, dbus-daemon, chromium, jq, curl if missing
 #   testbed/testbed.sh images    build the OCI image tarballs (cached under $REAPLET_CACHE_DIR,
 #                                with their sha256 digests: a broken or truncated one is rebuilt)
 #   testbed/testbed.sh start     install + images + start containerd + import images (idempotent);
@@ -111,12 +111,14 @@ cmd_install() {
     [ -x /usr/bin/chromium ] || missing+=(chromium)
     # scripts/test.sh reads cargo's metadata (the test binaries it spreads over lanes)
     command -v jq >/dev/null || missing+=(jq)
+    # the kubelet's /stats/summary, read with a client certificate (tests/kubelet_reasons.rs)
+    command -v curl >/dev/null || missing+=(curl)
     if [ ${#missing[@]} -gt 0 ]; then
         log "installing ${missing[*]} from Debian's packages (apt-get)"
         local t0=$SECONDS
         cmd_apt_install "${missing[@]}"
         local c
-        for c in containerd runc gcc dbus-daemon chromium jq; do
+        for c in containerd runc gcc dbus-daemon chromium jq curl; do
             command -v "$c" >/dev/null ||
                 die "install step \"apt-get install ${missing[*]}\" succeeded but $c is still not on PATH"
         done
