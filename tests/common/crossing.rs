@@ -1,21 +1,46 @@
-//! When a node's allocatable memory crosses a threshold, seen from the test with reaplet's own
-//! signal reader (the same reading as `allocatableMemory.available`), every 50 ms.
+//! When a node's signal crosses a threshold, seen from the test with reaplet's own signal
+//! reader (the same readings as `allocatableMemory.available` and `pid.available`), every
+//! 50 ms.
 
-use reaplet::pressure::signals::SignalReader;
+use reaplet::pressure::signals::{Observations, SignalReader};
 use std::time::Duration;
 
-/// The wall-clock time (ns) at which `reader` first shows less than `below` bytes available.
-pub fn allocatable_below(reader: SignalReader, below: i64) -> tokio::task::JoinHandle<i64> {
+/// Which of the reader's observations a crossing is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `allocatableMemory.available`, bytes.
+    AllocatableMemory,
+    /// `pid.available`, tasks.
+    Pid,
+}
+
+impl Signal {
+    /// The signal's available figure in `o`, if it was read.
+    pub fn available(self, o: &Observations) -> Option<i64> {
+        match self {
+            Signal::AllocatableMemory => o.allocatable_memory.map(|x| x.available),
+            Signal::Pid => o.pid.map(|x| x.available),
+        }
+    }
+}
+
+/// The wall-clock time (ns) at which `reader` first shows less than `below` available of
+/// `signal`.
+pub fn below(reader: SignalReader, signal: Signal, below: i64) -> tokio::task::JoinHandle<i64> {
     tokio::spawn(async move {
         loop {
-            if reader
-                .observe()
-                .allocatable_memory
-                .is_some_and(|o| o.available < below)
+            if signal
+                .available(&reader.observe())
+                .is_some_and(|a| a < below)
             {
                 return reaplet::wall_ns();
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
+}
+
+/// [`below`] for `allocatableMemory.available`.
+pub fn allocatable_below(reader: SignalReader, below_bytes: i64) -> tokio::task::JoinHandle<i64> {
+    below(reader, Signal::AllocatableMemory, below_bytes)
 }

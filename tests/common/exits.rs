@@ -65,6 +65,13 @@ impl Exits {
     }
 }
 
+impl Exits {
+    /// Container `id`'s exit if one was seen by now.
+    pub fn seen(&self, id: &str) -> Option<ContainerDetail> {
+        self.seen.borrow().get(id).cloned()
+    }
+}
+
 impl Drop for Exits {
     fn drop(&mut self) {
         self.task.abort();

@@ -195,12 +195,11 @@ resolvConf: ""
         self.proc.as_ref().map(|p| p.tail(n)).unwrap_or_default()
     }
 
-    /// The last `n` lines of its log that contain any of `needles`.
+    /// The last `n` lines of its log that contain any of `needles`, also once it is stopped
+    /// (a test's failure message after the kubelet's round wants what it did).
     pub fn log_grep(&self, needles: &[&str], n: usize) -> String {
-        let Some(p) = self.proc.as_ref() else {
-            return String::new();
-        };
-        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        // where `Proc::start` appends it
+        let text = std::fs::read_to_string(self.dir.join("kubelet.log")).unwrap_or_default();
         let lines: Vec<&str> = text
             .lines()
             .filter(|l| needles.iter().any(|w| l.contains(w)))
