@@ -383,14 +383,7 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
     .await;
     // the pods' cgroup (`kubepods` below the test bed's cgroup root) as reaplet reads it,
     // limited as the kubelet limits it to node allocatable
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let hierarchies = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
-    let naming = reaplet::cgroups::CgroupNaming::new(
-        reaplet::cgroups::CgroupDriver::Cgroupfs,
-        &h.tb.cgroup_root,
-    )
-    .unwrap();
-    let reader = reaplet::pressure::signals::SignalReader::host(&hierarchies, &naming).unwrap();
+    let reader = common::crossing::host_reader(&h.tb.cgroup_root);
     let kubepods = reader.hierarchy().mount_point.join(
         reader
             .pods_cgroup()
@@ -473,7 +466,11 @@ async fn node_pressure_evicts_the_pod_over_its_request_as_the_kubelet_does() {
     let exits = common::exits::Exits::watch(&client).await;
     // when the pods' cgroup crosses the threshold, watched here every 50 ms with the same
     // reading (allocatableMemory.available below 200Mi)
-    let crossing = common::crossing::allocatable_below(reader, 200 << 20);
+    let crossing = common::crossing::below(
+        reader,
+        common::crossing::Signal::AllocatableMemory,
+        200 << 20,
+    );
     let opened = reaplet::wall_ns();
     gate.open("hog");
     let st = exits

@@ -40,7 +40,13 @@ pub fn below(reader: SignalReader, signal: Signal, below: i64) -> tokio::task::J
     })
 }
 
-/// [`below`] for `allocatableMemory.available`.
-pub fn allocatable_below(reader: SignalReader, below_bytes: i64) -> tokio::task::JoinHandle<i64> {
-    below(reader, Signal::AllocatableMemory, below_bytes)
+/// The node's signals as reaplet reads them, for a test bed whose pods go below
+/// `cgroup_root` (cgroupfs driver): the host's hierarchies from `/proc/self/mountinfo`.
+pub fn host_reader(cgroup_root: &str) -> SignalReader {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let hierarchies = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
+    let naming =
+        reaplet::cgroups::CgroupNaming::new(reaplet::cgroups::CgroupDriver::Cgroupfs, cgroup_root)
+            .unwrap();
+    SignalReader::host(&hierarchies, &naming).unwrap()
 }

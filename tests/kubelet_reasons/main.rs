@@ -64,25 +64,13 @@ async fn pressure_node(name: &str, eviction: &str) -> (KubeNode, SignalReader) {
         "{eviction}\nkubeReserved: {{memory: \"{reserved}\"}}\nenforceNodeAllocatable: [pods]"
     );
     let n = KubeNode::start_with(name, &config).await;
-    let reader = signal_reader(&n);
+    let reader = common::crossing::host_reader(&n.tb.cgroup_root);
     let observed = reader.observe().allocatable_memory.expect("a pods' limit");
     assert_eq!(
         observed.capacity, PODS_BYTES as i64,
         "the kubelet's pods cgroup limit"
     );
     (n, reader)
-}
-
-/// The node's signals as reaplet reads them, from the test bed's cgroups.
-fn signal_reader(n: &KubeNode) -> SignalReader {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let hierarchies = reaplet::cgroups::hierarchies(&reaplet::volumes::parse_mountinfo(&mounts));
-    let naming = reaplet::cgroups::CgroupNaming::new(
-        reaplet::cgroups::CgroupDriver::Cgroupfs,
-        &n.tb.cgroup_root,
-    )
-    .unwrap();
-    SignalReader::host(&hierarchies, &naming).unwrap()
 }
 
 /// The kubelet stopped, reaplet started as the node's agent and ready to evict.

@@ -49,7 +49,7 @@ async fn pid_pressure_evicts_the_forking_pod_as_the_kubelet_does() {
         ),
     )
     .await;
-    let reader = signal_reader(&n);
+    let reader = common::crossing::host_reader(&n.tb.cgroup_root);
     let crossing = Crossing {
         reader: reader.clone(),
         signal: Signal::Pid,
