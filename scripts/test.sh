@@ -282,12 +282,13 @@ summarise() {
             s = $0; sub(/^.*\(/, "(", s); if (cur != "") status[cur] = s; next
         }
         /^error: could not compile/ { compile = compile "\n" me ":     " $0; next }
-        # a test panic: "thread 'NAME' (TID) panicked at FILE:LINE:COL:" then the message; the
-        # first two lines of the message are kept for the summary (CI shows only the tail)
+        # a test panic: "thread 'NAME' (TID) panicked at FILE:LINE:COL:" then the message; its
+        # first 60 lines are kept for the summary (CI shows only the tail, and the context a
+        # failure prints, such as the logs of the agents after a timed-out wait, diagnoses it)
         /^thread .* panicked at / {
             t = $0; sub(/^thread \047/, "", t); sub(/\047.*$/, "", t)
             at = $0; sub(/^.*panicked at /, "", at)
-            pkey = cur SUBSEP t; why[pkey] = "panicked at " at; more = 2; next
+            pkey = cur SUBSEP t; why[pkey] = "panicked at " at; more = 60; next
         }
         more > 0 {
             if ($0 ~ /^(note: |stack backtrace:|$)/) { more = 0; next }

@@ -191,7 +191,7 @@ test)
                 echo "     Running tests/api.rs (target/debug/deps/api-0123456789abcdef)" >&2
                 printf '\nrunning 2 tests\ntest watch::lists_once ... ok\ntest watch::backs_off ... FAILED\n\n'
                 printf 'failures:\n\n---- watch::backs_off stdout ----\n42 LISTs in 60 s\n\n'
-                printf "thread 'watch::backs_off' (77) panicked at tests/api.rs:9:5:\n42 LISTs, want at most 10\ngaps: 0.7 0.7\nnot in the summary\nnote: run with RUST_BACKTRACE=1\n"
+                printf "thread 'watch::backs_off' (77) panicked at tests/api.rs:9:5:\n42 LISTs, want at most 10\ngaps: 0.7 0.7\nthe API server log: 3 lines\nnote: run with RUST_BACKTRACE=1\nnot in the summary\n"
                 printf 'failures:\n    watch::backs_off\n\ntest result: FAILED. 1 passed; 1 failed\n\n'
                 echo 'error: test failed, to rerun pass `--test api`' >&2
                 failed+=("--test api")
@@ -300,6 +300,7 @@ fn test_sh_runs_every_test_binary_and_names_the_failures() {
         "panicked at tests/api.rs:9:5:",
         "42 LISTs, want at most 10",
         "gaps: 0.7 0.7",
+        "the API server log: 3 lines",
         "FAILED test binary tests/vm/main.rs",
         "exit status: 1",
         "2 of 8 test binaries failed",
@@ -308,7 +309,7 @@ fn test_sh_runs_every_test_binary_and_names_the_failures() {
     }
     assert!(
         !s.contains("not in the summary"),
-        "more than two lines of a panic message:\n{s}"
+        "a line after the panic message's end (its note) in the summary:\n{s}"
     );
     assert!(
         !s.contains("watch::lists_once"),

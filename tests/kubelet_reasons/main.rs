@@ -161,6 +161,37 @@ fn digest(p: &Value) -> Value {
            "conditions": conditions, "containers": containers})
 }
 
+/// The kubelet's final status `k` (a [`digest`]) as it reads when the kubelet saw its
+/// container's exit; `None` when that cannot be known. The kubelet removes an evicted pod's
+/// containers once the pod synced, and a status built after its runtime cache dropped the
+/// container reports it `ContainerStatusUnknown` with a made-up exit code 137
+/// (`convertToAPIContainerStatuses`: "The container could not be located when the pod was
+/// terminated"; measured here under load, for the grower of `ranking`), where reaplet reports
+/// the runtime's. For a container whose real exit (`exit_code`, from the runtime's event) was
+/// 137 too, only the reason differs (`Error`); for another exit the phase differs too and the
+/// status is not compared. Said when it happens.
+fn as_if_seen(case: &str, k: &Value, exit_code: i32) -> Option<Value> {
+    let mut k = k.clone();
+    let lost = |c: &Value| c["reason"] == "ContainerStatusUnknown";
+    if !k["containers"].as_array()?.iter().any(lost) {
+        return Some(k);
+    }
+    println!(
+        "{case}: the kubelet lost the container before its final status (ContainerStatusUnknown); \
+         the runtime's exit code was {exit_code}"
+    );
+    if exit_code != 137 {
+        println!("{case}: the kubelet's final status is not compared");
+        return None;
+    }
+    for c in k["containers"].as_array_mut()?.iter_mut() {
+        if lost(c) {
+            c["reason"] = json!("Error");
+        }
+    }
+    Some(k)
+}
+
 fn event_digest(e: &Value) -> Value {
     let ann = &e["metadata"]["annotations"];
     json!({"type": e["type"], "reason": e["reason"], "message": norm(&e["message"]),
@@ -215,7 +246,9 @@ fn compare(case: &str, k: &Eviction, r: &Eviction) {
         r.status,
         k.event
     );
-    assert_eq!(r.status, k.status, "{case}: the final status");
+    if let Some(ks) = as_if_seen(case, &k.status, k.exit_code) {
+        assert_eq!(r.status, ks, "{case}: the final status");
+    }
     assert_eq!(r.event, k.event, "{case}: the event");
     assert_eq!(r.exit_code, k.exit_code, "{case}: exit code");
 }
