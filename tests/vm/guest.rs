@@ -28,6 +28,8 @@ mod outage;
 mod package;
 #[path = "poweroff.rs"]
 mod poweroff;
+#[path = "pressure.rs"]
+mod pressure;
 #[path = "rescue.rs"]
 mod rescue;
 

@@ -89,6 +89,7 @@ pub const NODE_SCENARIOS: &[&str] = &[
     "node_beside_live_kubelet_writes_nothing",
     "node_takeover_ends_deleted_pods",
     "node_upgrade_while_active_keeps_terminations",
+    "node_pressure_evicts_on_cgroup_v2",
     "node_handback_writes_nothing_more",
     "node_poweroff_kubelet_owns_graceful_shutdown",
 ];

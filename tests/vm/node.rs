@@ -22,9 +22,12 @@
 //!    configured 3 s later (postinst's `try-restart`): the new process resumes on the takeover's
 //!    proof within the grace, the pod is SIGKILLed at its grace (no gap: a new takeover would
 //!    have added 20 s), and the running pod beside it is untouched;
-//! 4. `node_handback_writes_nothing_more`: `systemctl start kubelet`: reaplet hands back, and
+//! 4. `node_pressure_evicts_on_cgroup_v2` (`pressure.rs`): reaplet, still the node's agent,
+//!    evicts a pod that takes memory past `allocatableMemory.available` on cgroup v2 with the
+//!    systemd driver, as the kubelet would;
+//! 5. `node_handback_writes_nothing_more`: `systemctl start kubelet`: reaplet hands back, and
 //!    writes nothing after its `ReapletHandedBack` event (the window runs through the power-off);
-//! 5. `node_poweroff_kubelet_owns_graceful_shutdown` (the last: it powers the guest off): the
+//! 6. `node_poweroff_kubelet_owns_graceful_shutdown` (the last: it powers the guest off): the
 //!    kubelet alone holds logind's delay inhibitor (its `99-kubelet.conf` gives logind its 30 s)
 //!    and ends the pods (SIGTERM honoured: 0; a TERM-ignoring pod SIGKILLed at its own 4 s
 //!    grace); reaplet, passive, holds no inhibitor, logs the shutdown and writes nothing.
@@ -74,6 +77,10 @@ pub(super) async fn run(inp: PathBuf, out: PathBuf) -> i32 {
     n.g.record("node_upgrade_while_active_keeps_terminations", t, r);
 
     let t = Instant::now();
+    let r = super::pressure::evicts_on_cgroup_v2(&n).await;
+    n.g.record("node_pressure_evicts_on_cgroup_v2", t, r);
+
+    let t = Instant::now();
     let r = handback(&n).await;
     let since = r.as_ref().map(|(_, i)| *i).ok();
     n.g.record("node_handback_writes_nothing_more", t, r.map(|(d, _)| d));
@@ -102,6 +109,7 @@ async fn node_setup(g: &Guest, inp: &Path) -> R<Setup> {
         .map_err(|e| e.to_string())?;
     std::fs::create_dir_all(STATIC_PODS).map_err(|e| e.to_string())?;
     std::fs::write(KUBELET_CONFIG, kubelet_config()).map_err(|e| e.to_string())?;
+    super::pressure::make_gate()?;
     let t0 = Instant::now();
     sh("systemctl", &["start", KUBELET])?;
     let api = k8s::client(Path::new(ADMIN_KUBECONFIG)).await;

@@ -32,8 +32,9 @@ pub(super) const SHUTDOWN_CRITICAL: u64 = 5;
 pub(super) const WINDOW: Duration = Duration::from_secs(8);
 
 /// The kubelet's configuration: the systemd driver on cgroup v2, its own static pod directory,
-/// graceful node shutdown; healthz on loopback (reaplet probes it); image GC and eviction off
-/// (the test images are imported, never pulled).
+/// graceful node shutdown; healthz on loopback (reaplet probes it); image GC off (the test
+/// images are imported, never pulled); the pods' limit and the memory threshold of the pressure
+/// scenario (`pressure.rs`).
 pub(super) fn kubelet_config() -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -53,13 +54,13 @@ authentication:
 authorization: {{mode: AlwaysAllow}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}}
 syncFrequency: 10s
 resolvConf: ""
 shutdownGracePeriod: {SHUTDOWN_GRACE}s
 shutdownGracePeriodCriticalPods: {SHUTDOWN_CRITICAL}s
-"#,
-        socket = super::SOCKET
+{pressure}"#,
+        socket = super::SOCKET,
+        pressure = super::pressure::kubelet_lines()
     )
 }
 
@@ -108,6 +109,7 @@ pub(super) fn pods(node: &str) -> Vec<Value> {
         pod(node, SLOW, SLOW_GRACE, IGNORES_TERM),
         pod(node, BYSTANDER, 30, TRAPS_TERM),
         pod(node, PW_KILL, PW_GRACE, IGNORES_TERM),
+        super::pressure::hungry(node),
     ]
 }
 
