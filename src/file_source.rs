@@ -79,8 +79,8 @@ pub fn load(path: &Path, node: &str) -> Result<PodInfo, ManifestError> {
         path: path.into(),
         reason,
     };
-    let mut pod: Pod = serde_saphyr::from_slice_with_options(&bytes, crate::config::yaml_options())
-        .map_err(|e| parse(e.to_string()))?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| parse(format!("not UTF-8: {e}")))?;
+    let mut pod: Pod = crate::config::from_yaml(text).map_err(parse)?;
     if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(parse("metadata.name is missing".into()));
     }
@@ -308,11 +308,27 @@ mod tests {
             std::fs::write(&f, text).unwrap();
             assert!(load(&f, "n").is_err(), "{name}");
         }
-        // a type error is one line (it is logged) that says where
+        // a type error is one line (it is logged) that names the field; a YAML error its line
         let f = dir.path().join("e.yaml");
         std::fs::write(&f, "metadata:\n  name: x\nspec:\n  containers: 5\n").unwrap();
         let e = load(&f, "n").unwrap_err().to_string();
-        assert!(!e.contains('\n') && e.contains("line 4"), "{e}");
+        assert!(
+            !e.contains('\n') && e.ends_with("expected a sequence at spec.containers"),
+            "{e}"
+        );
+        std::fs::write(
+            &f,
+            "metadata:\n  name: x\nspec:\n  containers:\n  - name: a\n    ports: [{containerPort: x}]\n",
+        )
+        .unwrap();
+        let e = load(&f, "n").unwrap_err().to_string();
+        assert!(
+            e.ends_with("at spec.containers[0].ports[0].containerPort"),
+            "{e}"
+        );
+        std::fs::write(&f, "metadata:\n  name: x\nspec: [\n").unwrap();
+        let e = load(&f, "n").unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.contains("line 3"), "{e}");
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, vec![b'#'; 2 * 1024 * 1024]).unwrap();
         assert!(matches!(

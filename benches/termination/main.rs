@@ -12,7 +12,7 @@
 //! sudo cargo bench --bench termination -- drain         # 30 pods: reaplet drain vs all at once
 //! cargo bench --bench termination -- taints           # NoExecute taint on 1,000/10,000 pods
 //! sudo cargo bench --bench termination -- kubelet      # the real kubelet v1.36 vs reaplet, side by side
-//! sudo cargo bench --bench termination -- kubelet:taint   # one of them: one, burst, exit, taint, taint4, outage
+//! sudo cargo bench --bench termination -- kubelet:taint   # one of them: one, burst, exit, taint, taint4, outage, pressure, standby
 //! sudo cargo bench --bench termination -- all
 //! ```
 //!

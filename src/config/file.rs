@@ -274,11 +274,93 @@ pub(super) fn tracing_settings(
     })
 }
 
+/// A typed object (a static pod manifest, `make-room --for-pod`) from YAML the way the kubelet
+/// decodes one: the YAML becomes JSON (`yaml.YAMLToJSON`: scalars keep their YAML types), the
+/// JSON is decoded. Decoding through the JSON text reuses the JSON decoder the API client
+/// already has for the type: decoded from YAML directly, a `Pod` took a second copy of its
+/// whole deserializer in the binary (about 3.8 MiB of code, issue 46). A YAML error names its
+/// line; a type error names the field (`spec.containers`), as the kubelet's does, not a
+/// position in the JSON text.
+pub(crate) fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value: serde_json::Value =
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| e.to_string())?;
+    let json = value.to_string();
+    serde_json::from_str(&json).map_err(|e| {
+        let full = e.to_string();
+        let at = format!(" at line {} column {}", e.line(), e.column());
+        let what = full.strip_suffix(&at).unwrap_or(&full);
+        // compact JSON is one line: the column is the byte just past the offending value
+        match json_path_at(&json, e.column()) {
+            p if p.is_empty() => what.to_owned(),
+            p => format!("{what} at {p}"),
+        }
+    })
+}
+
+/// The field path (`spec.containers[0].name`) of the value that ends at byte `at` of `json`,
+/// compact JSON as `serde_json` writes it.
+fn json_path_at(json: &str, at: usize) -> String {
+    enum Level {
+        Object(Option<String>),
+        Array(usize),
+    }
+    let b = json.as_bytes();
+    let mut stack: Vec<Level> = Vec::new();
+    let mut key_next = false;
+    let mut i = 0;
+    while i < b.len().min(at) {
+        match b[i] {
+            b'"' => {
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                if key_next {
+                    if let Some(Level::Object(k)) = stack.last_mut() {
+                        *k = json.get(i..=j).and_then(|s| serde_json::from_str(s).ok());
+                    }
+                    key_next = false;
+                }
+                i = j + 1;
+                continue;
+            }
+            b'{' => {
+                stack.push(Level::Object(None));
+                key_next = true;
+            }
+            b'[' => stack.push(Level::Array(0)),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Level::Array(n)) => *n += 1,
+                Some(Level::Object(_)) => key_next = true,
+                None => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::new();
+    for l in &stack {
+        match l {
+            Level::Object(Some(k)) if path.is_empty() => path.push_str(k),
+            Level::Object(Some(k)) => {
+                path.push('.');
+                path.push_str(k);
+            }
+            Level::Object(None) => {}
+            Level::Array(n) => path.push_str(&format!("[{n}]")),
+        }
+    }
+    path
+}
+
 /// How reaplet reads YAML (the config file and static pod manifests) with `serde-saphyr`:
 /// scalars are inferred as `serde_yaml` 0.9 did (YAML 1.2 core: `yes`, `012`, `1_000` stay
 /// strings; `.inf`/`.nan` stay strings, so they fail as numbers naming their field), duplicate
 /// keys are errors, and messages are one line (no source snippet) for logs and exit messages.
-pub(crate) fn yaml_options() -> serde_saphyr::Options {
+fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         strict_booleans: true,
         leading_zero_numbers_as_strings: true,

@@ -229,10 +229,7 @@ pub fn room_spec(args: &MakeRoomCmd) -> Result<RoomSpec, String> {
     if let Some(f) = &args.for_pod {
         let pod = std::fs::read_to_string(f)
             .map_err(|e| e.to_string())
-            .and_then(|t| {
-                serde_json::from_str(&t)
-                    .or_else(|_| serde_saphyr::from_str(&t).map_err(|e| e.to_string()))
-            })
+            .and_then(|t| serde_json::from_str(&t).or_else(|_| crate::config::from_yaml(&t)))
             .map_err(|e| format!("--for-pod {}: {e}", f.display()))?;
         spec.pod = Some(pod);
     }

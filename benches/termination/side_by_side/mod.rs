@@ -16,7 +16,8 @@
 //! The files: `stack.rs` the node under test (a Stack) and the takeover, `audit.rs` the audit log
 //! read as it grows, `pods.rs` the pod scenarios (one pod, a burst, natural exit), `taint.rs` the
 //! NoExecute taint, `taint4.rs` the same on a node of four pods, `outage.rs` the API server outage,
-//! `pressure.rs` node-pressure eviction against the OOM killer;
+//! `pressure.rs` node-pressure eviction against the OOM killer, `footprint.rs` where an agent's
+//! memory is, its wakeups, a perf profile of a window, and standby beside the live kubelet;
 //! here the entry, the pods they create and the closing table.
 
 #[path = "../../../tests/common/kube/mod.rs"]
@@ -26,6 +27,7 @@ pub(crate) mod k8s;
 mod port;
 
 mod audit;
+mod footprint;
 #[path = "../../common/json_tail.rs"]
 mod json_tail;
 mod outage;
@@ -126,8 +128,8 @@ fn print_rows(rows: &[Row]) {
 }
 
 /// The scenarios, by the name `kubelet:<name>` runs alone.
-pub const SCENARIOS: [&str; 7] = [
-    "one", "burst", "exit", "taint", "taint4", "outage", "pressure",
+pub const SCENARIOS: [&str; 8] = [
+    "one", "burst", "exit", "taint", "taint4", "outage", "pressure", "standby",
 ];
 
 /// Every scenario of `only` (all when empty), then the table; a failed scenario is reported
@@ -169,6 +171,12 @@ pub async fn kubelet(only: &[&str]) -> R<()> {
         take(
             "pressure",
             pressure::pressure_side(&[10, 25, 50, 100]).await,
+        );
+    }
+    if want("standby") {
+        take(
+            "standby",
+            footprint::standby_side(110, Duration::from_secs(60)).await,
         );
     }
     header(&format!(

@@ -115,6 +115,8 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
     let cpu0 = cpu_secs(pid);
     let hwm_reset = reset_hwm(pid);
     let rss0 = status_mib(pid, |s| s.vmrss);
+    let perf =
+        super::footprint::Perf::start(pid, &format!("burst-{}", who.label().trim_end_matches('/')));
     let wall0 = wall_ns();
     let deletes = futures_util::future::join_all(list.iter().map(|n| s.delete(n.as_str()))).await;
     for d in deletes {
@@ -124,6 +126,12 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
         .await?;
     let cpu = cpu_secs(pid) - cpu0;
     let hwm = status_mib(pid, |s| s.vmhwm);
+    perf.stop();
+    println!(
+        "{} at the end of the burst: {}",
+        who.label(),
+        super::footprint::resident(pid).line()
+    );
     let (t0, gone, requests) = s
         .audit_find(|a| {
             let t0 = a

@@ -238,18 +238,9 @@ impl Stack {
     ) -> R<()> {
         self.kubelet.stop();
         let kc = kubeconfig.unwrap_or_else(|| self.cluster.node_kubeconfig(NODE));
-        let agent = Agent::run(self.cluster.dir.path().join("reaplet.log"), |c| {
-            c.arg("--kubelet-config")
-                .arg(&self.kubelet.config_file)
-                .arg("--kubeconfig")
-                .arg(&kc)
-                .args(["--hostname-override", NODE])
-                .arg("--root-dir")
-                .arg(&self.kubelet.root_dir)
-                .args(["--kubelet-healthz-url", &self.kubelet.healthz_url()])
-                .args(["--authority", "primary"])
-                .args(extra);
-        })?;
+        let mut args = vec!["--authority", "primary"];
+        args.extend_from_slice(extra);
+        let agent = self.run_reaplet(&kc, &args)?;
         let t = Instant::now();
         agent.wait_ready().await?;
         let start = Instant::now();
@@ -276,6 +267,22 @@ impl Stack {
         );
         self.reaplet = Some(agent);
         Ok(())
+    }
+
+    /// reaplet on the kubelet's config file, root dir and `/healthz`, the node's name and
+    /// `kubeconfig`, with `extra`; its log in the cluster's directory (`reaplet.log`).
+    pub(super) fn run_reaplet(&self, kubeconfig: &Path, extra: &[&str]) -> R<Agent> {
+        Agent::run(self.cluster.dir.path().join("reaplet.log"), |c| {
+            c.arg("--kubelet-config")
+                .arg(&self.kubelet.config_file)
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["--hostname-override", NODE])
+                .arg("--root-dir")
+                .arg(&self.kubelet.root_dir)
+                .args(["--kubelet-healthz-url", &self.kubelet.healthz_url()])
+                .args(extra);
+        })
     }
 
     /// Keeps the logs behind the figures in `target/tmp`.
