@@ -189,14 +189,7 @@ impl KubeNode {
             .unwrap();
         let mut c = reaplet();
         c.arg("run")
-            .arg("--kubelet-config")
-            .arg(&self.kubelet.config_file)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--hostname-override", NODE])
-            .arg("--root-dir")
-            .arg(&self.kubelet.root_dir)
-            .args(["--kubelet-healthz-url", &self.kubelet.healthz_url()])
+            .args(self.kubelet.reaplet_args(kubeconfig, NODE))
             .args(["--metrics-bind-address", metrics])
             .args(extra)
             .env("RUST_LOG", "info")

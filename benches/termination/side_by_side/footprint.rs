@@ -120,7 +120,7 @@ pub(super) struct Perf {
 }
 
 impl Perf {
-    pub(super) fn start(pid: u32, label: &str) -> Perf {
+    pub(super) async fn start(pid: u32, label: &str) -> Perf {
         let Some(dir) = std::env::var_os("REAPLET_BENCH_PERF") else {
             return Perf {
                 child: None,
@@ -148,7 +148,7 @@ impl Perf {
             .map_err(|e| println!("perf record: {e}"))
             .ok();
         // perf needs a moment to attach before the window's work starts
-        std::thread::sleep(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(500)).await;
         Perf { child, out }
     }
 
@@ -228,7 +228,7 @@ pub(super) async fn standby_side(n: usize, window: Duration) -> R<Vec<Row>> {
     // past the start's one-off work (the first LIST, the connections, the allocator's warm-up)
     tokio::time::sleep(Duration::from_secs(15)).await;
     let (kp, rp) = (s.pid(Who::Kubelet)?, s.pid(Who::Reaplet)?);
-    let perf = Perf::start(rp, "standby-reaplet");
+    let perf = Perf::start(rp, "standby-reaplet").await;
     let (k0, r0) = (idle_window_start(kp), idle_window_start(rp));
     tokio::time::sleep(window).await;
     let (k, r) = (idle_window_end(kp, k0), idle_window_end(rp, r0));

@@ -115,8 +115,7 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
     let cpu0 = cpu_secs(pid);
     let hwm_reset = reset_hwm(pid);
     let rss0 = status_mib(pid, |s| s.vmrss);
-    let perf =
-        super::footprint::Perf::start(pid, &format!("burst-{}", who.label().trim_end_matches('/')));
+    let perf = super::footprint::Perf::start(pid, &format!("burst-{}", who.label())).await;
     let wall0 = wall_ns();
     let deletes = futures_util::future::join_all(list.iter().map(|n| s.delete(n.as_str()))).await;
     for d in deletes {

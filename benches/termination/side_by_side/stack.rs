@@ -273,14 +273,7 @@ impl Stack {
     /// `kubeconfig`, with `extra`; its log in the cluster's directory (`reaplet.log`).
     pub(super) fn run_reaplet(&self, kubeconfig: &Path, extra: &[&str]) -> R<Agent> {
         Agent::run(self.cluster.dir.path().join("reaplet.log"), |c| {
-            c.arg("--kubelet-config")
-                .arg(&self.kubelet.config_file)
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(["--hostname-override", NODE])
-                .arg("--root-dir")
-                .arg(&self.kubelet.root_dir)
-                .args(["--kubelet-healthz-url", &self.kubelet.healthz_url()])
+            c.args(self.kubelet.reaplet_args(kubeconfig, NODE))
                 .args(extra);
         })
     }

@@ -183,6 +183,26 @@ resolvConf: ""
         ));
     }
 
+    /// The flags that put reaplet on this kubelet's node: its config file, root dir and
+    /// `/healthz`, the node's name and `kubeconfig`.
+    pub fn reaplet_args(&self, kubeconfig: &Path, node: &str) -> Vec<std::ffi::OsString> {
+        [
+            "--kubelet-config".as_ref(),
+            self.config_file.as_os_str(),
+            "--kubeconfig".as_ref(),
+            kubeconfig.as_os_str(),
+            "--hostname-override".as_ref(),
+            node.as_ref(),
+            "--root-dir".as_ref(),
+            self.root_dir.as_os_str(),
+            "--kubelet-healthz-url".as_ref(),
+            self.healthz_url().as_ref(),
+        ]
+        .into_iter()
+        .map(std::ffi::OsStr::to_owned)
+        .collect()
+    }
+
     pub fn healthz_url(&self) -> String {
         format!("http://127.0.0.1:{}/healthz", self.healthz_port)
     }
