@@ -44,6 +44,8 @@ struct State {
     sandboxes: Vec<RuntimeSandbox>,
     containers: Vec<(RuntimeContainer, Behaviour, i32)>,
     calls: Vec<Call>,
+    /// The containers whose status was read (`ContainerStatus`), in order.
+    status_reads: Vec<String>,
     /// When every sandbox was listed (a relist), in virtual time.
     relists: Vec<Instant>,
     /// Container event subscriptions are served (else `GetContainerEvents` is unimplemented);
@@ -262,6 +264,11 @@ impl FakeRuntime {
         self.lock().calls.clone()
     }
 
+    /// The containers whose status was read (`ContainerStatus`), in order.
+    pub fn status_reads(&self) -> Vec<String> {
+        self.lock().status_reads.clone()
+    }
+
     /// The stop calls of one container, in order: (timeout, virtual time).
     pub fn stops_of(&self, id: &str) -> Vec<(i64, Instant)> {
         self.calls()
@@ -347,7 +354,8 @@ impl Runtime for FakeRuntime {
     }
 
     async fn container_status(&self, id: &str) -> Result<ContainerDetail, CriError> {
-        let s = self.lock();
+        let mut s = self.lock();
+        s.status_reads.push(id.to_owned());
         let (c, _, code) =
             s.containers
                 .iter()

@@ -172,12 +172,18 @@ pub async fn kill_pod_reporting<R: Runtime>(
         r?;
         containers_stopped += 1;
     }
-    // best-effort: a failed read here only leaves the report to the kill's end
+    // best-effort: a failed read here only leaves the report to the kill's end. What was told
+    // is kept with the containers it was read from: a stopped container's state is final, so
+    // the end reads no status again while the runtime lists the same containers
+    let mut told: Option<(Vec<String>, Vec<ContainerFinal>)> = None;
     if let Some(tell) = stopped {
         match runtime.list_containers(Some(uid)).await {
             Ok(now) if now.iter().all(|c| !c.state.may_run()) => {
                 match final_states(runtime, uid, &now).await {
-                    Ok(finals) => tell(&finals),
+                    Ok(finals) => {
+                        tell(&finals);
+                        told = Some((now.into_iter().map(|c| c.id).collect(), finals));
+                    }
                     Err(e) => tracing::debug!(err = %e, "no early terminal status"),
                 }
             }
@@ -226,7 +232,10 @@ pub async fn kill_pod_reporting<R: Runtime>(
             ids: still,
         });
     }
-    let finals = final_states(runtime, uid, &after).await?;
+    let finals = match told {
+        Some((ids, finals)) if after.iter().map(|c| &c.id).eq(ids.iter()) => finals,
+        _ => final_states(runtime, uid, &after).await?,
+    };
     // each container's latest attempt is the one this kill ended (record_exit keeps one exit
     // per container)
     for f in &finals {
@@ -490,6 +499,49 @@ mod tests {
 
     async fn run(rt: &FakeRuntime, p: &PodInfo, grace: i64) -> Result<KillReport, KillError> {
         kill_pod(rt, &EventSink::log_only(), p, grace, &KillMemory::default()).await
+    }
+
+    /// Issue 46: a kill that tells the containers' final states early reads each container's
+    /// status once, not once for the early report and again at the end (the runtime's
+    /// containers unchanged in between), and ends with the same states it told.
+    #[tokio::test(start_paused = true)]
+    async fn an_early_report_reads_each_container_status_once() {
+        let rt = FakeRuntime::default();
+        rt.add_pod(
+            "p",
+            &[
+                ("app", Behaviour::ExitOnTerm(Duration::from_millis(300))),
+                ("log", Behaviour::IgnoreTerm),
+            ],
+        );
+        let told = std::sync::Mutex::new(Vec::new());
+        let tell = |f: &[ContainerFinal]| told.lock().unwrap().push(f.to_vec());
+        let p = pod("p", &[("app", None), ("log", None)], &[]);
+        let memory = KillMemory::default();
+        let report = kill_pod_reporting(
+            &rt,
+            &EventSink::log_only(),
+            &p,
+            3,
+            &memory,
+            Some(&tell),
+            &Recorder::none(),
+        )
+        .await
+        .unwrap();
+        let mut reads = rt.status_reads();
+        reads.sort();
+        assert_eq!(reads, ["p-app", "p-log"], "one status read per container");
+        let told = told.into_inner().unwrap();
+        assert_eq!(told.len(), 1, "told once");
+        assert_eq!(told[0], report.finals, "the end's states are the ones told");
+        assert_eq!(report.finals.len(), 2);
+        // without an early report, the end reads them (once each)
+        let rt = FakeRuntime::default();
+        rt.add_pod("q", &[("app", Behaviour::ExitOnTerm(Duration::ZERO))]);
+        let report = run(&rt, &pod("q", &[("app", None)], &[]), 3).await.unwrap();
+        assert_eq!(rt.status_reads(), ["q-app"]);
+        assert_eq!(report.finals.len(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,6 +1,7 @@
 //! The pod scenarios: one pod deleted at a time (DELETE -> gone), a burst of pods deleted at
 //! once (last gone; the agent's CPU, peak RSS and requests; then the node's floor: the same
-//! DELETEs and CRI stops with no agent), and a natural exit (the
+//! DELETEs and CRI stops with no agent, interleaved with reaplet's runs in pairs), and a
+//! natural exit (the
 //! container's end -> the terminal status stored).
 
 use super::audit::gone_at;
@@ -191,20 +192,40 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
     Ok(b)
 }
 
-/// The floor of a burst on this node: `n` more pods started by the kubelet, which is then
-/// stopped; the admin's `n` DELETEs (nobody acts on them) and, at the same moment, what an
-/// agent must ask of containerd for each pod (StopContainer with the pod's grace, then
-/// StopPodSandbox), all at once and straight to containerd. Returns when the last sandbox
-/// stop was answered, in seconds from the first DELETE sent.
-async fn burst_floor(s: &mut Stack, n: usize) -> R<f64> {
+/// `n` pods named `prefix-<i>` started by a (re)started kubelet, with no reaplet running and
+/// the pods of the round before gone (the restarted kubelet finishes a floor's deleted pods):
+/// the pods' names and UIDs.
+async fn burst_pods(
+    s: &mut Stack,
+    prefix: &str,
+    n: usize,
+    before: &[String],
+) -> R<(Vec<String>, Vec<String>)> {
     if let Some(agent) = s.reaplet.take() {
         agent.stop();
     }
     s.kubelet.restart().await;
-    let list = names("burst-f", n);
+    s.wait_gone(before, Duration::from_millis(100), Duration::from_secs(300))
+        .await?;
+    let list = names(prefix, n);
     let bodies: Vec<Value> = list.iter().map(|x| pod(x, TRAPS_TERM)).collect();
     let uids = s.create_all(&bodies).await?;
     s.wait_running(&list, Duration::from_secs(600)).await?;
+    Ok((list, uids))
+}
+
+/// The floor of a burst on this node: `n` more pods started by the kubelet, which is then
+/// stopped; the admin's `n` DELETEs (nobody acts on them) and, at the same moment, what an
+/// agent must ask of containerd for each pod (StopContainer with the pod's grace, then
+/// StopPodSandbox), all at once and straight to containerd. Returns the pods' names and when
+/// the last sandbox stop was answered, in seconds from the first DELETE sent.
+async fn burst_floor(
+    s: &mut Stack,
+    prefix: &str,
+    n: usize,
+    before: &[String],
+) -> R<(Vec<String>, f64)> {
+    let (list, uids) = burst_pods(s, prefix, n, before).await?;
     s.kubelet.stop();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cri = s.tb.client();
@@ -243,7 +264,46 @@ async fn burst_floor(s: &mut Stack, n: usize) -> R<f64> {
         pct(&done, 50.0),
         pct(&done, 100.0)
     );
-    Ok(pct(&done, 100.0))
+    Ok((list, pct(&done, 100.0)))
+}
+
+/// How many (floor, reaplet) pairs the burst interleaves: `REAPLET_BENCH_PAIRS`, 5 unless set
+/// (at least 1).
+fn pairs() -> usize {
+    std::env::var("REAPLET_BENCH_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1)
+}
+
+/// The floor and reaplet's run, interleaved (floor, reaplet, floor, reaplet, ...) so that a
+/// change of the machine's load falls on both: each pair's last gone / the floor's last,
+/// printed, and their median (returned).
+async fn burst_pairs(s: &mut Stack, n: usize, mut before: Vec<String>) -> R<f64> {
+    let mut ratios = Vec::new();
+    for i in 1..=pairs() {
+        let (floor_pods, floor) = burst_floor(s, &format!("burst-f{i}"), n, &before).await?;
+        let (list, uids) = burst_pods(s, &format!("burst-r{i}"), n, &floor_pods).await?;
+        s.takeover(&uids, None, &[]).await?;
+        let r = burst_run(s, Who::Reaplet, &list).await?;
+        println!(
+            "[burst] pair {i}: floor last {floor:.2} s, reaplet last gone {:.2} s: ratio {:.3}",
+            r.last,
+            r.last / floor
+        );
+        ratios.push(r.last / floor);
+        before = list;
+    }
+    let ratios = sorted(ratios);
+    println!(
+        "[burst] reaplet last gone / the floor's last, {} interleaved pairs: median {:.3} (min {:.3}, max {:.3})",
+        ratios.len(),
+        pct(&ratios, 50.0),
+        pct(&ratios, 0.0),
+        pct(&ratios, 100.0)
+    );
+    Ok(pct(&ratios, 50.0))
 }
 
 /// 2. `n` pods deleted at once (the admin's `n` DELETEs concurrently): last gone, the agent's
@@ -270,13 +330,15 @@ pub(super) async fn burst_side(n: usize) -> R<Vec<Row>> {
         res.push(burst_run(&s, who, &list).await?);
     }
     s.keep_logs();
-    let floor = burst_floor(&mut s, n).await?;
+    let before = names("burst-r", n);
+    let (_, floor) = burst_floor(&mut s, "burst-f0", n, &before).await?;
     let (k, r) = (&res[0], &res[1]);
     println!(
-        "[burst] last gone / the floor's last: kubelet {:.2}, reaplet {:.2}",
+        "[burst] last gone / the floor's last (sequential): kubelet {:.2}, reaplet {:.2}",
         k.last / floor,
         r.last / floor
     );
+    burst_pairs(&mut s, n, names("burst-f0", n)).await?;
     let nf = n as f64;
     Ok(vec![
         row(format!("{n} pods at once: last gone"), "s", k.last, r.last),
