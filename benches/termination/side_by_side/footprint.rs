@@ -121,7 +121,10 @@ pub(super) struct Perf {
 
 impl Perf {
     pub(super) async fn start(pid: u32, label: &str) -> Perf {
-        let Some(dir) = std::env::var_os("REAPLET_BENCH_PERF") else {
+        // `REAPLET_BENCH_PERF_ONLY`: the windows whose label contains it (`reaplet`)
+        let only = std::env::var("REAPLET_BENCH_PERF_ONLY").unwrap_or_default();
+        let dir = std::env::var_os("REAPLET_BENCH_PERF").filter(|_| label.contains(&only));
+        let Some(dir) = dir else {
             return Perf {
                 child: None,
                 out: PathBuf::new(),
@@ -129,12 +132,14 @@ impl Perf {
         };
         let _ = std::fs::create_dir_all(&dir);
         let out = Path::new(&dir).join(format!("{label}.perf.data"));
+        // an idle agent needs a high rate to be seen at all (`REAPLET_BENCH_PERF_HZ`)
+        let hz = std::env::var("REAPLET_BENCH_PERF_HZ").unwrap_or_else(|_| "499".into());
         let child = Command::new("perf")
             .args([
                 "record",
                 "-q",
                 "-F",
-                "499",
+                &hz,
                 "--call-graph",
                 "dwarf,16384",
                 "-p",
