@@ -107,6 +107,8 @@ struct Burst {
     hwm: f64,
     hwm_reset: bool,
     requests: usize,
+    /// When the admin's first DELETE was received (wall clock, ns).
+    t0: i64,
 }
 
 async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
@@ -170,6 +172,7 @@ async fn burst_run(s: &Stack, who: Who, list: &[String]) -> R<Burst> {
         hwm,
         hwm_reset,
         requests,
+        t0,
     };
     println!(
         "{}: {} pods: first gone {:.2} s, median {:.2} s, last {:.2} s; {:.2} CPU-s; RSS {:.1} MiB at the start, peak {:.1} MiB {}; {} API requests ({:.2} per pod)",
@@ -267,6 +270,87 @@ async fn burst_floor(
     Ok((list, pct(&done, 100.0)))
 }
 
+/// The steps of reaplet's terminations in the order they happen, by the label printed.
+const STAGES: [&str; 9] = [
+    "reason seen",
+    "stop sent",
+    "container exited",
+    "containers stopped",
+    "sandbox stopped",
+    "volumes done",
+    "cgroup removed",
+    "status written",
+    "object deleted",
+];
+
+fn stage(step: &reaplet::timeline::Step) -> Option<&'static str> {
+    use reaplet::timeline::Step;
+    let i = match step {
+        Step::StopSent { .. } => 1,
+        Step::Exited { .. } => 2,
+        Step::ContainersStopped => 3,
+        Step::SandboxStopped { .. } => 4,
+        Step::VolumesDone { .. } => 5,
+        Step::CgroupRemoved { .. } => 6,
+        Step::StatusWritten { .. } => 7,
+        Step::ObjectDeleted { .. } => 8,
+        _ => return None,
+    };
+    Some(STAGES[i])
+}
+
+/// Where the time of reaplet's burst went, from its own timelines (`/pods/timeline`): for each
+/// step, the seconds from the admin's first DELETE (received, `t0` ns) to its first time in
+/// each pod, as the median and the last over the pods.
+async fn stages(agent: &Agent, list: &[String], t0: i64) {
+    let mut at: Vec<Vec<f64>> = vec![Vec::new(); STAGES.len()];
+    let mut missing = 0;
+    for name in list {
+        let t = match agent
+            .get(&format!("/pods/timeline?pod=default/{name}"))
+            .await
+        {
+            Some((200, body)) => serde_json::from_str(&body)
+                .ok()
+                .and_then(|v| reaplet::timeline::Timeline::from_json(v).ok()),
+            _ => None,
+        };
+        let Some(t) = t else {
+            missing += 1;
+            continue;
+        };
+        let base = (t.started_unix_ns - t0) as f64 / 1e9;
+        at[0].push(base);
+        let mut seen = [false; STAGES.len()];
+        for e in &t.entries {
+            if let Some(i) = stage(&e.step).and_then(|l| STAGES.iter().position(|x| *x == l))
+                && !seen[i]
+            {
+                seen[i] = true;
+                at[i].push(base + e.at_ms / 1e3);
+            }
+        }
+    }
+    let parts: Vec<String> = STAGES
+        .iter()
+        .zip(at)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(l, v)| {
+            let v = sorted(v);
+            format!("{l} {:.2}/{:.2}", pct(&v, 50.0), pct(&v, 100.0))
+        })
+        .collect();
+    println!(
+        "[burst] reaplet's steps, s after the admin's first DELETE (median/last over the pods{}): {}",
+        if missing > 0 {
+            format!("; {missing} timelines missing")
+        } else {
+            String::new()
+        },
+        parts.join(", ")
+    );
+}
+
 /// How many (floor, reaplet) pairs the burst interleaves: `REAPLET_BENCH_PAIRS`, 5 unless set
 /// (at least 1).
 fn pairs() -> usize {
@@ -285,8 +369,12 @@ async fn burst_pairs(s: &mut Stack, n: usize, mut before: Vec<String>) -> R<f64>
     for i in 1..=pairs() {
         let (floor_pods, floor) = burst_floor(s, &format!("burst-f{i}"), n, &before).await?;
         let (list, uids) = burst_pods(s, &format!("burst-r{i}"), n, &floor_pods).await?;
-        s.takeover(&uids, None, &[]).await?;
+        s.takeover(&uids, None, &["--termination-timelines", "1000"])
+            .await?;
         let r = burst_run(s, Who::Reaplet, &list).await?;
+        if let Some(agent) = &s.reaplet {
+            stages(agent, &list, r.t0).await;
+        }
         println!(
             "[burst] pair {i}: floor last {floor:.2} s, reaplet last gone {:.2} s: ratio {:.3}",
             r.last,
