@@ -212,18 +212,14 @@ pub async fn kill_pod_reporting<R: Runtime>(
         }
     }
 
-    // re-check: the runtime must not report anything running any more (both lists at once:
-    // in a bulk termination each waits behind the runtime's other work)
-    let (after, sandboxes_after) = tokio::join!(
-        runtime.list_containers(Some(uid)),
-        runtime.list_sandboxes(Some(uid))
-    );
-    let (after, sandboxes_after) = (after.map_err(list_err)?, sandboxes_after.map_err(list_err)?);
+    // re-check: the runtime must not report anything running any more
+    let after = runtime.list_containers(Some(uid)).await.map_err(list_err)?;
     let mut still: Vec<String> = after
         .iter()
         .filter(|c| c.state.may_run())
         .map(|c| c.id.clone())
         .collect();
+    let sandboxes_after = runtime.list_sandboxes(Some(uid)).await.map_err(list_err)?;
     still.extend(
         sandboxes_after
             .iter()
@@ -262,10 +258,8 @@ async fn final_states<R: Runtime>(
     containers: &[RuntimeContainer],
 ) -> Result<Vec<ContainerFinal>, KillError> {
     let mut finals = Vec::with_capacity(containers.len());
-    // every container's status asked at once (a sidecar pod's are read in one round trip)
-    let details = join_all(containers.iter().map(|c| runtime.container_status(&c.id))).await;
-    for (c, detail) in containers.iter().zip(details) {
-        match detail {
+    for c in containers {
+        match runtime.container_status(&c.id).await {
             Ok(d) => finals.push(ContainerFinal {
                 name: c.name.clone(),
                 id: c.id.clone(),
