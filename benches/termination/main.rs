@@ -16,6 +16,11 @@
 //! sudo cargo bench --bench termination -- all
 //! ```
 //!
+//! The environment: `REAPLET_BENCH_PAIRS` (the burst's interleaved floor/reaplet pairs, 5),
+//! `REAPLET_BENCH_PERF=<dir>` (a `perf record` of each side-by-side window),
+//! `REAPLET_BENCH_PERF_HZ` (its rate, 499) and `REAPLET_BENCH_PERF_ONLY` (only the windows whose
+//! label holds it, e.g. `reaplet` or `standby-reaplet`).
+//!
 //! The agent under test is the real `reaplet run` binary in its own process (so its CPU time
 //! and peak RSS are its own), against the in-process API server of the integration tests and
 //! either a private containerd (the test bed) or a fake CRI server on a real unix socket.
