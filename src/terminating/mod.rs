@@ -5,7 +5,8 @@
 //! * [`grace`]: which grace period applies (the pod's, a deletion's, an override, only ever
 //!   shorter) and the per-container arithmetic (whole seconds, the 2 s floor);
 //! * [`hooks`]: preStop hooks (exec, HTTP, sleep), bounded by the grace;
-//! * [`kill`]: stopping the containers (sidecars last) and the sandboxes;
+//! * [`kill`]: stopping the containers (sidecars last) and the sandboxes; one container's stop
+//!   (its hook, the grace, `StopContainer`) in `kill::container`;
 //! * [`records`]: what was sent when, on disk, so that a restart resumes a stop where it was
 //!   instead of starting it again.
 //!

@@ -270,33 +270,35 @@ async fn burst_floor(
     Ok((list, pct(&done, 100.0)))
 }
 
-/// The steps of reaplet's terminations in the order they happen, by the label printed.
+/// The steps of reaplet's terminations in the order they happen, by the label printed
+/// ("kill ended": the timeline's `containersStopped`, recorded when the kill returns, after
+/// the sandbox stop and the runtime's re-check).
 const STAGES: [&str; 9] = [
     "reason seen",
     "stop sent",
     "container exited",
-    "containers stopped",
     "sandbox stopped",
+    "kill ended",
     "volumes done",
     "cgroup removed",
     "status written",
     "object deleted",
 ];
 
-fn stage(step: &reaplet::timeline::Step) -> Option<&'static str> {
+/// The index in [`STAGES`] of a timeline step (a write counts only when it was answered 2xx).
+fn stage(step: &reaplet::timeline::Step) -> Option<usize> {
     use reaplet::timeline::Step;
-    let i = match step {
+    Some(match step {
         Step::StopSent { .. } => 1,
         Step::Exited { .. } => 2,
-        Step::ContainersStopped => 3,
-        Step::SandboxStopped { .. } => 4,
+        Step::SandboxStopped { .. } => 3,
+        Step::ContainersStopped => 4,
         Step::VolumesDone { .. } => 5,
         Step::CgroupRemoved { .. } => 6,
-        Step::StatusWritten { .. } => 7,
-        Step::ObjectDeleted { .. } => 8,
+        Step::StatusWritten { code } if (200..300).contains(code) => 7,
+        Step::ObjectDeleted { code } if (200..300).contains(code) => 8,
         _ => return None,
-    };
-    Some(STAGES[i])
+    })
 }
 
 /// Where the time of reaplet's burst went, from its own timelines (`/pods/timeline`): for each
@@ -323,7 +325,7 @@ async fn stages(agent: &Agent, list: &[String], t0: i64) {
         at[0].push(base);
         let mut seen = [false; STAGES.len()];
         for e in &t.entries {
-            if let Some(i) = stage(&e.step).and_then(|l| STAGES.iter().position(|x| *x == l))
+            if let Some(i) = stage(&e.step)
                 && !seen[i]
             {
                 seen[i] = true;
@@ -363,8 +365,8 @@ fn pairs() -> usize {
 
 /// The floor and reaplet's run, interleaved (floor, reaplet, floor, reaplet, ...) so that a
 /// change of the machine's load falls on both: each pair's last gone / the floor's last,
-/// printed, and their median (returned).
-async fn burst_pairs(s: &mut Stack, n: usize, mut before: Vec<String>) -> R<f64> {
+/// printed, and their median.
+async fn burst_pairs(s: &mut Stack, n: usize, mut before: Vec<String>) -> R<()> {
     let mut ratios = Vec::new();
     for i in 1..=pairs() {
         let (floor_pods, floor) = burst_floor(s, &format!("burst-f{i}"), n, &before).await?;
@@ -391,7 +393,7 @@ async fn burst_pairs(s: &mut Stack, n: usize, mut before: Vec<String>) -> R<f64>
         pct(&ratios, 0.0),
         pct(&ratios, 100.0)
     );
-    Ok(pct(&ratios, 50.0))
+    Ok(())
 }
 
 /// 2. `n` pods deleted at once (the admin's `n` DELETEs concurrently): last gone, the agent's
