@@ -172,10 +172,10 @@ async fn dispatch(command: Command) -> Result<i32> {
             // the metrics first: the trace export counts its dropped spans in them
             let metrics = std::sync::Arc::new(reaplet::metrics::Metrics::new());
             let s = &loaded.settings;
-            let export = s
-                .tracing
-                .as_ref()
-                .map(|t| (t, metrics.span_drops(), start::node_name(s).ok()));
+            let export = s.tracing.as_ref().map(|t| {
+                let drops = reaplet::otel::SpanDrops::from_metrics(&metrics);
+                (t, drops, start::node_name(s).ok())
+            });
             let traces = reaplet::logs::init(s.log_format, export);
             log_config(&loaded);
             match stop {

@@ -10,12 +10,14 @@
 //!
 //! Invariants: label sets are bounded (operation types, lifecycle states, sources, stages:
 //! never a pod name or UID); every gauge is present from the start, at 0 (a gauge family's
-//! every label combination is created up front); recording never blocks (atomic updates,
+//! every label combination is created up front; the working-pods gauges' by their owner, the
+//! pod workers, as soon as they have the registry); recording never blocks (atomic updates,
 //! one short lock for the SLI start times).
+//!
+//! A leaf: it knows nothing of the agent. Its label values are `&'static str`s the callers
+//! give (each a bounded set where it is defined, e.g. the lifecycle states' `as_str`), and the
+//! SLI is keyed by the pod UID's text.
 
-use crate::lifecycle::PodPhase;
-use crate::pod::PodUid;
-use crate::workers::PodSource;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,12 +55,15 @@ pub struct EvictionLabels {
     pub outcome: &'static str,
 }
 
-/// Why the trace export dropped a span ([`crate::otel::DROP_REASONS`]): `queue_full`,
-/// `export_failed` or `shutdown`.
+/// Why the trace export dropped a span (one of [`SPAN_DROP_REASONS`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SpanDropLabel {
     pub reason: &'static str,
 }
+
+/// The reasons a span is dropped by the trace export: the queue was full when it ended, its
+/// export failed or timed out, or it ended after the export stopped.
+pub const SPAN_DROP_REASONS: [&str; 3] = ["queue_full", "export_failed", "shutdown"];
 
 /// The label of `reaplet_node_pressure_evictions`: the kubelet's signal name
 /// (`memory.available`, `allocatableMemory.available`, `pid.available`), as
@@ -88,7 +93,7 @@ pub struct IdentityProblemLabel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IdentityProblem {
     /// `pod_bound_elsewhere`: a runtime pod taken for an orphan has its object, same UID,
-    /// bound to another node: reaplet's node name is wrong ([`crate::workers`]' orphan
+    /// bound to another node: reaplet's node name is wrong (the pod workers' orphan
     /// confirmation).
     PodBoundElsewhere,
     /// `node_missing`: no Node object under reaplet's node name while something answers on the
@@ -248,7 +253,7 @@ pub struct Metrics {
     pub graceful_shutdown_end_time: Gauge,
     /// 1 while reaplet holds its logind delay inhibitor.
     pub graceful_shutdown_inhibitor: Gauge,
-    /// Spans the trace export dropped, by reason ([`crate::otel::DROP_REASONS`]); every reason
+    /// Spans the trace export dropped, by reason ([`SPAN_DROP_REASONS`]); every reason
     /// present from the start, at 0.
     pub tracing_spans_dropped: Family<SpanDropLabel, Counter>,
     /// 1 while the node's name is known to be wrong, by problem ([`IdentityProblem`]); every
@@ -264,7 +269,8 @@ pub struct Metrics {
     pub pressure_evictions: Family<SignalLabel, Counter>,
     /// 1 while a node pressure condition holds (as the kubelet would set it on the Node).
     pub node_pressure: Family<ConditionLabel, Gauge>,
-    started: Mutex<HashMap<PodUid, Instant>>,
+    /// When each pod's SLI started, by the pod UID's text.
+    started: Mutex<HashMap<String, Instant>>,
 }
 
 impl Default for Metrics {
@@ -406,7 +412,7 @@ impl Metrics {
             "Spans the OpenTelemetry trace export dropped, by reason: queue_full (the export queue was full when the span ended), export_failed (its export failed or timed out), shutdown (it ended after the export stopped, or was unexported at the stop's deadline)",
             m.tracing_spans_dropped.clone(),
         );
-        for reason in crate::otel::DROP_REASONS {
+        for reason in SPAN_DROP_REASONS {
             m.tracing_spans_dropped
                 .get_or_create(&SpanDropLabel { reason })
                 .inc_by(0);
@@ -453,9 +459,7 @@ impl Metrics {
                 })
                 .set(0);
         }
-        let m = Metrics { registry, ..m };
-        m.set_working_pods(&HashMap::new());
-        m
+        Metrics { registry, ..m }
     }
 
     /// The metrics in `format`.
@@ -466,11 +470,6 @@ impl Metrics {
             Exposition::OpenMetrics => out,
             Exposition::Prometheus => openmetrics_to_prometheus(&out),
         }
-    }
-
-    /// The counters the trace export ([`crate::otel::layer`]) counts its dropped spans into.
-    pub fn span_drops(&self) -> crate::otel::SpanDrops {
-        crate::otel::SpanDrops::from_family(&self.tracing_spans_dropped)
     }
 
     pub fn runtime_call(&self, op: &'static str, took: Duration, ok: bool) {
@@ -490,17 +489,17 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// A deletion was observed for `uid` (the SLI starts).
-    pub fn termination_started(&self, uid: &PodUid) {
+    /// A deletion was observed for the pod `uid` (the SLI starts).
+    pub fn termination_started(&self, uid: &str) {
         self.started
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(uid.clone())
+            .entry(uid.to_owned())
             .or_insert_with(Instant::now);
     }
 
     /// The pod object is gone (the SLI ends).
-    pub fn termination_finished(&self, uid: &PodUid) {
+    pub fn termination_finished(&self, uid: &str) {
         let start = self
             .started
             .lock()
@@ -512,7 +511,7 @@ impl Metrics {
     }
 
     /// Forgets an SLI start that will never finish (pod not deleted through the API).
-    pub fn termination_abandoned(&self, uid: &PodUid) {
+    pub fn termination_abandoned(&self, uid: &str) {
         self.started
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -555,17 +554,16 @@ impl Metrics {
             .set(i64::from(on));
     }
 
-    /// Sets the working-pods gauges to `counts` (by lifecycle state and source): every
-    /// combination is present, those not in `counts` at 0.
-    pub fn set_working_pods(&self, counts: &HashMap<(&'static str, &'static str), i64>) {
-        for phase in PodPhase::ALL {
-            for source in PodSource::ALL {
-                let (lifecycle, config) = (phase.as_str(), source.as_str());
-                let n = counts.get(&(lifecycle, config)).copied().unwrap_or(0);
-                self.working_pods
-                    .get_or_create(&WorkingLabels { lifecycle, config })
-                    .set(n);
-            }
+    /// Sets the working-pods gauges: each `((lifecycle, config), n)` of `counts`. The caller
+    /// gives every combination, its zeros included, so none is ever absent.
+    pub fn set_working_pods(
+        &self,
+        counts: impl IntoIterator<Item = ((&'static str, &'static str), i64)>,
+    ) {
+        for ((lifecycle, config), n) in counts {
+            self.working_pods
+                .get_or_create(&WorkingLabels { lifecycle, config })
+                .set(n);
         }
     }
 }
@@ -577,11 +575,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn sli_and_names() {
         let m = Metrics::new();
-        let uid = PodUid::parse("u1").unwrap();
-        m.termination_started(&uid);
+        m.termination_started("u1");
         tokio::time::advance(Duration::from_millis(300)).await;
-        m.termination_finished(&uid);
-        m.termination_finished(&uid); // once only
+        m.termination_finished("u1");
+        m.termination_finished("u1"); // once only
         m.runtime_call("StopContainer", Duration::from_millis(3), false);
         let text = m.encode(Exposition::OpenMetrics);
         assert!(
@@ -668,28 +665,19 @@ mod tests {
         );
     }
 
-    /// Every gauge is there before any pod, at 0: each working-pods combination and the
-    /// runtime's health; a count that goes back to none reads 0 again, not absent.
+    /// Every gauge of the registry's own is there before any pod, at 0 (the runtime's health,
+    /// the span drops, the identity problems); the working-pods gauges are set as given
+    /// (their owner's test: `workers::tests::working_pods_gauges_are_present_at_zero`).
     #[test]
     fn every_gauge_is_present_at_zero() {
         let m = Metrics::new();
         for format in [Exposition::Prometheus, Exposition::OpenMetrics] {
             let text = m.encode(format);
-            for phase in PodPhase::ALL {
-                for source in PodSource::ALL {
-                    let line = format!(
-                        "reaplet_working_pods{{lifecycle=\"{}\",config=\"{}\"}} 0",
-                        phase.as_str(),
-                        source.as_str()
-                    );
-                    assert!(text.contains(&line), "{line} missing:\n{text}");
-                }
-            }
             assert!(
                 text.contains("reaplet_container_runtime_unhealthy 0"),
                 "{text}"
             );
-            for reason in crate::otel::DROP_REASONS {
+            for reason in SPAN_DROP_REASONS {
                 let line = format!("reaplet_tracing_spans_dropped_total{{reason=\"{reason}\"}} 0");
                 assert!(text.contains(&line), "{line} missing:\n{text}");
             }
@@ -710,16 +698,11 @@ mod tests {
             .filter(|l| l.starts_with("reaplet_node_identity_problem{"))
             .count();
         assert_eq!(series, IdentityProblem::ALL.len(), "{text}");
-        let phase = PodPhase::ALL[1].as_str();
-        m.set_working_pods(&HashMap::from([((phase, "api"), 3)]));
+        m.set_working_pods([(("terminating", "api"), 3)]);
         let text = m.encode(Exposition::Prometheus);
-        assert!(text.contains(&format!(
-            "reaplet_working_pods{{lifecycle=\"{phase}\",config=\"api\"}} 3"
-        )));
-        m.set_working_pods(&HashMap::new());
+        assert!(text.contains("reaplet_working_pods{lifecycle=\"terminating\",config=\"api\"} 3"));
+        m.set_working_pods([(("terminating", "api"), 0)]);
         let text = m.encode(Exposition::Prometheus);
-        assert!(text.contains(&format!(
-            "reaplet_working_pods{{lifecycle=\"{phase}\",config=\"api\"}} 0"
-        )));
+        assert!(text.contains("reaplet_working_pods{lifecycle=\"terminating\",config=\"api\"} 0"));
     }
 }

@@ -263,7 +263,7 @@ impl StatusManager {
             .insert(uid);
         self.entries().remove(uid);
         if let Some(m) = &self.inner.metrics {
-            m.termination_finished(uid);
+            m.termination_finished(uid.as_str());
         }
         self.end_trace(uid);
     }
@@ -536,7 +536,7 @@ impl StatusManager {
             && let Some(m) = &self.inner.metrics
         {
             m.stage("delete", t.elapsed());
-            m.termination_finished(uid);
+            m.termination_finished(uid.as_str());
         }
         match r {
             Ok(_) => tracing::info!("pod object deleted"),

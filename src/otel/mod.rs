@@ -184,8 +184,8 @@ pub enum OtelError {
 }
 
 /// Every reason a span is dropped for: the `reason` label of
-/// `reaplet_tracing_spans_dropped_total` ([`SpanDropLabel`]).
-pub const DROP_REASONS: [&str; 3] = ["queue_full", "export_failed", "shutdown"];
+/// `reaplet_tracing_spans_dropped_total` ([`SpanDropLabel`]), defined by the metrics registry.
+pub use crate::metrics::SPAN_DROP_REASONS as DROP_REASONS;
 
 /// The counters of spans dropped, one per reason (clones count into the same counters).
 #[derive(Debug, Clone, Default)]
@@ -199,6 +199,15 @@ impl SpanDrops {
     /// The counters of `family` (`reaplet_tracing_spans_dropped_total`), each reason's created
     /// now, so each reads 0 from the start.
     pub fn from_family(family: &Family<SpanDropLabel, Counter>) -> Self {
+        Self::counters(family)
+    }
+
+    /// The counters of `metrics`' `reaplet_tracing_spans_dropped_total`.
+    pub fn from_metrics(metrics: &crate::metrics::Metrics) -> Self {
+        Self::counters(&metrics.tracing_spans_dropped)
+    }
+
+    fn counters(family: &Family<SpanDropLabel, Counter>) -> Self {
         let get = |reason| family.get_or_create(&SpanDropLabel { reason }).clone();
         Self {
             queue_full: get("queue_full"),

@@ -399,6 +399,8 @@ impl<R: Runtime> PodWorkers<R> {
     /// Connects the metrics. Call before feeding pods; a second call is ignored.
     pub fn set_metrics(&self, metrics: Arc<Metrics>) {
         let _ = self.inner.metrics.set(metrics);
+        // the working-pods gauges, every combination at 0, from the start
+        self.update_gauges();
     }
 
     /// Connects the status manager. Call before feeding pods; a second call is ignored.
@@ -465,13 +467,17 @@ impl<R: Runtime> PodWorkers<R> {
         let Some(m) = self.inner.metrics.get() else {
             return;
         };
-        let mut counts: HashMap<(&'static str, &'static str), i64> = HashMap::new();
+        // every (state, source) combination, the empty ones at 0: none is ever absent
+        let mut counts: HashMap<(&'static str, &'static str), i64> = PodPhase::ALL
+            .iter()
+            .flat_map(|p| PodSource::ALL.map(|s| ((p.as_str(), s.as_str()), 0)))
+            .collect();
         for v in self.snapshot() {
             *counts
                 .entry((v.phase.as_str(), v.source.as_str()))
                 .or_default() += 1;
         }
-        m.set_working_pods(&counts);
+        m.set_working_pods(counts);
     }
 
     /// With several pod sources, orphans are judged only once each of `names` has delivered

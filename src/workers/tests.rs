@@ -621,3 +621,31 @@ pub(super) mod with_fake_runtime {
         }
     }
 }
+
+/// Every working-pods combination (lifecycle state x source) is exposed, at 0, as soon as the
+/// workers have the metrics, before any pod (the registry itself knows neither set).
+#[tokio::test]
+async fn working_pods_gauges_are_present_at_zero() {
+    use crate::metrics::{Exposition, Metrics};
+    let r = rig();
+    let m = Arc::new(Metrics::new());
+    r.workers.set_metrics(m.clone());
+    let text = m.encode(Exposition::Prometheus);
+    let mut series = 0;
+    for phase in PodPhase::ALL {
+        for source in PodSource::ALL {
+            let line = format!(
+                "reaplet_working_pods{{lifecycle=\"{}\",config=\"{}\"}} 0",
+                phase.as_str(),
+                source.as_str()
+            );
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+            series += 1;
+        }
+    }
+    let listed = text
+        .lines()
+        .filter(|l| l.starts_with("reaplet_working_pods{"))
+        .count();
+    assert_eq!(listed, series, "exactly one series per combination");
+}

@@ -459,7 +459,7 @@ impl<R: Runtime> Worker<R> {
                 (PodPhase::Sync, PodPhase::Terminating)
                     if self.m.reason == Some(KillReason::Deleted) =>
                 {
-                    mx.termination_started(&self.pod.uid)
+                    mx.termination_started(self.pod.uid.as_str())
                 }
                 (PodPhase::Terminating, PodPhase::Terminated) => {
                     mx.stage("kill", took);
