@@ -155,7 +155,7 @@ test:drain_real 88 test:node_identity 82 test:handover 79 test:api_sick 78 test:
 bench:termination 60 test:drain 48 test:leaks 44 test:container_events 31 test:evictions 25
 test:api 24 test:hostile_input 19 test:pipeline 19 test:standby 17 test:volumes 15 test:cli 13
 test:timeline 11 lib:reaplet 10 test:statuses 8 test:shutdown 6 test:otel 5 test:scripts 5
-test:config_cli 1 bench:fleet 1 bin:reaplet 1 test:kubelet_reasons 480"
+test:config_cli 1 test:docs 1 bench:fleet 1 bin:reaplet 1 test:kubelet_reasons 480"
 ALONE="test:api test:pipeline test:shutdown test:container_events test:vm"
 
 # every target of the package as kind:name (lib, bin, test, bench), from cargo's metadata

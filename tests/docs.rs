@@ -1,0 +1,236 @@
+//! The documentation's own checks: every relative link in the README, the guide (`docs/`) and
+//! BENCHMARKS.md resolves (the file exists; an anchor names a heading of it, as GitHub makes
+//! anchors), the README stays a front page, and the configuration guide names every flag of
+//! `reaplet run`, so that a flag added to the CLI without its documentation fails here.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Markdown files the checks read: README.md, BENCHMARKS.md and every `docs/*.md`.
+fn pages() -> Vec<PathBuf> {
+    let mut out = vec![root().join("README.md"), root().join("BENCHMARKS.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    out.extend(docs);
+    out
+}
+
+/// The lines of `text` outside fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// `line` without its inline code spans (a link inside backticks is no link).
+fn without_code(line: &str) -> String {
+    let mut out = String::new();
+    let mut code = false;
+    for c in line.chars() {
+        if c == '`' {
+            code = !code;
+        } else if !code {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The targets of the inline links (`[text](target)`) on `line`.
+fn links(line: &str) -> Vec<String> {
+    let line = without_code(line);
+    let mut out = Vec::new();
+    let mut rest = line.as_str();
+    while let Some(i) = rest.find("](") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find(')') else { break };
+        // a title after the target (`(path "title")`) is not part of it
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push(target.trim_matches(['<', '>']).to_owned());
+        rest = &after[end..];
+    }
+    out
+}
+
+/// GitHub's anchor of a heading's text: lower case, inline links read as their text, every
+/// character but letters, digits, spaces, `-` and `_` dropped, spaces made `-`.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    // [text](target) -> text
+    while let Some(i) = rest.find('[') {
+        text.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        match (after.find("]("), after.find(')')) {
+            (Some(close), Some(end)) if close < end => {
+                text.push_str(&after[..close]);
+                rest = &after[end + 1..];
+            }
+            _ => {
+                text.push('[');
+                rest = after;
+            }
+        }
+    }
+    text.push_str(rest);
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (a repeated heading gets `-1`, `-2`, ...).
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    for line in prose(text) {
+        let t = line.trim_start();
+        if !t.starts_with('#') {
+            continue;
+        }
+        let heading = t.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let base = slug(heading.trim());
+        let mut a = base.clone();
+        let mut n = 0;
+        while seen.contains(&a) {
+            n += 1;
+            a = format!("{base}-{n}");
+        }
+        seen.insert(a);
+    }
+    seen
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap();
+        for (n, line) in prose(&text).iter().enumerate() {
+            for target in links(line) {
+                let external = ["http://", "https://", "mailto:"]
+                    .iter()
+                    .any(|s| target.starts_with(s));
+                if external || target.is_empty() {
+                    continue;
+                }
+                checked += 1;
+                let (path, anchor) = match target.split_once('#') {
+                    Some((p, a)) => (p, Some(a)),
+                    None => (target.as_str(), None),
+                };
+                let file = if path.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(path)
+                };
+                let name = page.strip_prefix(root()).unwrap().display().to_string();
+                if !file.exists() {
+                    broken.push(format!(
+                        "{name}, prose line {}: {target}: no such file",
+                        n + 1
+                    ));
+                    continue;
+                }
+                if let Some(a) = anchor
+                    && file.extension().is_some_and(|x| x == "md")
+                {
+                    let there = std::fs::read_to_string(&file).unwrap();
+                    if !anchors(&there).contains(a) {
+                        broken.push(format!(
+                            "{name}, prose line {}: {target}: no heading with that anchor",
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no relative link found: the parser is broken");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_is_a_front_page() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines: the front page stays at about 200, the rest goes to docs/"
+    );
+}
+
+#[test]
+fn the_configuration_guide_names_every_flag_of_reaplet_run() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reaplet"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "reaplet run --help failed");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flags: Vec<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .filter(|w| !matches!(*w, "--help" | "--version"))
+        .collect();
+    assert!(
+        flags.len() > 20,
+        "too few flags read from the help: {flags:?}"
+    );
+    let guide = std::fs::read_to_string(root().join("docs/configure.md")).unwrap();
+    let missing: Vec<&&str> = flags
+        .iter()
+        .filter(|f| {
+            // the flag as a whole word (`--root-dir` is not `--root-dir-x`)
+            !guide.match_indices(**f).any(|(i, _)| {
+                let next = guide[i + f.len()..].chars().next();
+                !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configure.md does not name these flags of `reaplet run`: {missing:?}"
+    );
+}
+
+#[test]
+fn slugs_are_githubs() {
+    assert_eq!(
+        slug("Emptying or relieving a node: `reaplet drain` and `reaplet make-room`"),
+        "emptying-or-relieving-a-node-reaplet-drain-and-reaplet-make-room"
+    );
+    assert_eq!(
+        slug("1. One pod, 20 times (`single`)"),
+        "1-one-pod-20-times-single"
+    );
+    assert_eq!(slug("See [the guide](docs/x.md) now"), "see-the-guide-now");
+    let a = anchors("# A\n## A\n```\n# not a heading\n```\n#nospace\n");
+    assert_eq!(a, HashSet::from(["a".to_owned(), "a-1".to_owned()]));
+    assert_eq!(
+        links("see [a](docs/a.md#x) and `[b](nope.md)` and [c](https://e.org)"),
+        ["docs/a.md#x", "https://e.org"]
+    );
+}
