@@ -18,7 +18,7 @@
 # finished one. Go's module and build caches (GOMODCACHE, GOCACHE) are outside the repository,
 # shared with testbed/kube.sh and testbed/helm.sh.
 #
-# Cost measured on a 2-core machine of this kind: see COST below (README has the same figure).
+# Cost measured on a 2-core machine of this kind: see COST below.
 set -eEuo pipefail
 shopt -s inherit_errexit
 
