@@ -23,17 +23,17 @@ fn pages() -> Vec<PathBuf> {
     out
 }
 
-/// The lines of `text` outside fenced code blocks.
-fn prose(text: &str) -> Vec<&str> {
+/// The lines of `text` outside fenced code blocks, with their line numbers (from 1).
+fn prose(text: &str) -> Vec<(usize, &str)> {
     let mut fenced = false;
     let mut out = Vec::new();
-    for line in text.lines() {
+    for (n, line) in text.lines().enumerate() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
             continue;
         }
         if !fenced {
-            out.push(line);
+            out.push((n + 1, line));
         }
     }
     out
@@ -100,7 +100,7 @@ fn slug(heading: &str) -> String {
 /// The anchors of a Markdown file's headings (a repeated heading gets `-1`, `-2`, ...).
 fn anchors(text: &str) -> HashSet<String> {
     let mut seen = HashSet::new();
-    for line in prose(text) {
+    for (_, line) in prose(text) {
         let t = line.trim_start();
         if !t.starts_with('#') {
             continue;
@@ -128,7 +128,7 @@ fn every_relative_link_resolves() {
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
         let dir = page.parent().unwrap();
-        for (n, line) in prose(&text).iter().enumerate() {
+        for (n, line) in prose(&text) {
             for target in links(line) {
                 let external = ["http://", "https://", "mailto:"]
                     .iter()
@@ -148,10 +148,7 @@ fn every_relative_link_resolves() {
                 };
                 let name = page.strip_prefix(root()).unwrap().display().to_string();
                 if !file.exists() {
-                    broken.push(format!(
-                        "{name}, prose line {}: {target}: no such file",
-                        n + 1
-                    ));
+                    broken.push(format!("{name}:{n}: {target}: no such file"));
                     continue;
                 }
                 if let Some(a) = anchor
@@ -159,10 +156,7 @@ fn every_relative_link_resolves() {
                 {
                     let there = std::fs::read_to_string(&file).unwrap();
                     if !anchors(&there).contains(a) {
-                        broken.push(format!(
-                            "{name}, prose line {}: {target}: no heading with that anchor",
-                            n + 1
-                        ));
+                        broken.push(format!("{name}:{n}: {target}: no heading with that anchor"));
                     }
                 }
             }

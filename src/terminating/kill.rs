@@ -1,6 +1,6 @@
 //! Stopping a pod's containers and sandboxes: kubelet's `killPodWithSyncResult`,
 //! `killContainersWithSyncResult` (`kuberuntime_container.go`) and `terminationOrdering`
-//! (`kuberuntime_termination_order.go`); one container's stop is [`container`]
+//! (`kuberuntime_termination_order.go`); one container's stop is `container`
 //! (`killContainer`).
 //!
 //! Invariants:

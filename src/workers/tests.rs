@@ -648,4 +648,12 @@ async fn working_pods_gauges_are_present_at_zero() {
         .filter(|l| l.starts_with("reaplet_working_pods{"))
         .count();
     assert_eq!(listed, series, "exactly one series per combination");
+    // a combination whose pods are all gone reads 0 again at the next count, not its old value
+    m.set_working_pods([(("terminating", "api"), 5)]);
+    r.workers.update_gauges();
+    let text = m.encode(Exposition::Prometheus);
+    assert!(
+        text.contains("reaplet_working_pods{lifecycle=\"terminating\",config=\"api\"} 0"),
+        "{text}"
+    );
 }

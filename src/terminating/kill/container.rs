@@ -2,9 +2,9 @@
 //! its preStop hook, the grace arithmetic and `StopContainer`, resumable across restarts.
 //!
 //! Invariants:
-//! * preStop (bounded by the grace), whole seconds deducted, 2 s floor, then
-//!   `StopContainer(id, grace)`; NotFound counts as stopped; a failed hook is reported and the
-//!   stop goes on;
+//! * preStop (bounded by the grace) and, for a sidecar, the wait for the containers it outlives
+//!   (taken off its grace), whole seconds deducted, 2 s floor, then `StopContainer(id, grace)`;
+//!   NotFound counts as stopped; a failed hook is reported and the stop goes on;
 //! * a container never signalled gets a fresh termination (preStop, SIGTERM, the grace with
 //!   its 2 s floor, counted from now; in a retried kill, what is left of the first attempt's
 //!   deadline, never under the floor); one whose StopContainer the runtime answered, in this
