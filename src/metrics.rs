@@ -510,14 +510,6 @@ impl Metrics {
         }
     }
 
-    /// Forgets an SLI start that will never finish (pod not deleted through the API).
-    pub fn termination_abandoned(&self, uid: &str) {
-        self.started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-    }
-
     /// A standby decision's role (`active`) and whether it changed: the role gauge, and the
     /// takeover or hand-back counted.
     pub fn set_standby_role(&self, active: bool, changed: bool) {
