@@ -35,8 +35,9 @@ step() {
 # anything else (warnings, errors) is shown as it is
 build() {
     local t=$EPOCHREALTIME n=0 line last= rc
-    # the demo machinery is the `testbed` feature (never in a release package)
-    cargo build --release --features testbed --bin reaplet --color never 2>&1 |
+    # the demo is the test bed's crate (testbed/), never in a release package: it runs the agent
+    # from reaplet's library
+    cargo build --release --locked -p reaplet-testbed --bin reaplet-demo --color never 2>&1 |
         while true; do
             rc=0
             IFS= read -r -t 30 line || rc=$?
@@ -75,5 +76,5 @@ step 4 "private containerd" \
     "containerd 2.x, starting it in $REAPLET_TESTBED_DIR (its first build from the Go module proxy takes about 10 min)" \
     testbed/testbed.sh start
 say "[5/$STEPS] the demo: five pods, four manifests removed, one orphan"
-"$TARGET/release/reaplet" demo --testbed-dir "$REAPLET_TESTBED_DIR" \
+"$TARGET/release/reaplet-demo" --testbed-dir "$REAPLET_TESTBED_DIR" \
     --cgroup-root "$REAPLET_TESTBED_CGROUP_ROOT"

@@ -119,6 +119,10 @@ package() {
             return
     fi
     mkdir -p "$TARGET/debian/upgrade" || return
+    # the man pages and shell completions the package carries, made from the command line's
+    # definition (xtask/; release, so it shares the release build of reaplet's library)
+    cargo run --locked --release --quiet -p reaplet-xtask -- dist "$TARGET/release" >/dev/null ||
+        return
     upgrade=$(PATH=$CARGO_DEB_ROOT/bin:$PATH cargo deb --locked --strip --deb-revision 2 \
         -o "$TARGET/debian/upgrade/") || return
     main=$(PATH=$CARGO_DEB_ROOT/bin:$PATH cargo deb --no-build --locked --strip) || return
@@ -133,8 +137,8 @@ setup 8 "reaplet image" "the DaemonSet's image from the release binary (testbed/
 
 step 9 "format check" "cargo fmt --all -- --check (cargo fmt --all fixes it)" \
     cargo fmt --all -- --check || true
-step 10 "clippy" "all targets, features $FEATURES, warnings as errors" \
-    cargo clippy --all-targets --locked --features "$FEATURES" -- -D warnings || true
+step 10 "clippy" "the workspace's targets, features $FEATURES, warnings as errors" \
+    cargo clippy --workspace --all-targets --locked --features "$FEATURES" -- -D warnings || true
 # the production build (no test machinery) must be clean too
 step 11 "clippy (production)" "the binary and library without features, warnings as errors" \
     cargo clippy --bin reaplet --lib --locked -- -D warnings || true
@@ -155,14 +159,17 @@ test:drain_real 88 test:node_identity 82 test:handover 79 test:api_sick 78 test:
 bench:termination 60 test:drain 48 test:leaks 44 test:container_events 31 test:evictions 25
 test:api 24 test:hostile_input 19 test:pipeline 19 test:standby 17 test:volumes 15 test:cli 13
 test:timeline 11 lib:reaplet 10 test:statuses 8 test:shutdown 6 test:otel 5 test:scripts 5
-test:config_cli 1 test:docs 1 bench:fleet 1 bin:reaplet 1 test:kubelet_reasons 480"
+test:config_cli 1 test:docs 1 bench:fleet 1 bin:reaplet 1 test:kubelet_reasons 480
+member:reaplet-testbed 1 member:reaplet-xtask 1"
 ALONE="test:api test:pipeline test:shutdown test:container_events test:vm"
 
-# every target of the package as kind:name (lib, bin, test, bench), from cargo's metadata
+# every target of the package as kind:name (lib, bin, test, bench), and every other package of
+# the workspace (testbed/, xtask/) as member:name, from cargo's metadata
 targets() {
     cargo metadata --no-deps --format-version 1 --locked |
-        jq -r '.packages[0].targets[] | select(.kind[0] | IN("lib", "bin", "test", "bench"))
-            | "\(.kind[0]):\(.name)"'
+        jq -r '.packages[] | if .name == "reaplet" then
+                (.targets[] | select(.kind[0] | IN("lib", "bin", "test", "bench")) | "\(.kind[0]):\(.name)")
+            else "member:\(.name)" end'
 }
 # kind:name -> cargo's selection arguments
 target_args() {
@@ -188,16 +195,26 @@ assign_lanes() {
 }
 # one lane: cargo test on its targets, its output in its own log
 lane() {
-    local name=$1 log=$2 t args=() rc=0
+    local name=$1 log=$2 t args=() members=() rc=0
     shift 2
     for t in "$@"; do
+        case $t in
+        # another package of the workspace: its own tests, without reaplet's features
+        member:*) members+=(-p "${t#member:}") ;;
         # shellcheck disable=SC2046 # word splitting wanted: "--test name"
-        args+=($(target_args "$t"))
+        *) args+=($(target_args "$t")) ;;
+        esac
     done
     t=$EPOCHREALTIME
     say "  lane $name: ${*//:/ } ..."
-    RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --locked \
-        --features "$FEATURES" "${args[@]}" -- --show-output >"$log" 2>&1 || rc=$?
+    : >"$log"
+    if [ ${#args[@]} -gt 0 ]; then
+        RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --no-fail-fast --locked \
+            --features "$FEATURES" "${args[@]}" -- --show-output >>"$log" 2>&1 || rc=$?
+    fi
+    if [ ${#members[@]} -gt 0 ]; then
+        cargo test --no-fail-fast --locked "${members[@]}" -- --show-output >>"$log" 2>&1 || rc=$?
+    fi
     say "  lane $name: $([ "$rc" = 0 ] && echo passed || echo "FAILED (status $rc)") in $(since "$t") s"
     return "$rc"
 }

@@ -24,9 +24,10 @@
 //! * [`eviction`]: this node's eviction sources [the controller manager's NoExecute taint
 //!   manager; the scheduler's node affinity, enforced through the Eviction API];
 //! * [`agent`], [`api`], [`file_source`]: `reaplet run` and its pod sources;
-//! * `demo` (feature `testbed`): `reaplet demo`;
-//! * `testbed` (feature `testbed`): helpers that launch pods through CRI exactly as the kubelet
-//!   does (tests, benchmarks and the demo); release builds never compile it.
+//! * [`cli`]: the command line, its help, man pages and flag reference [`cmd/kubelet/app/options`];
+//!
+//! The test bed's helpers (pods launched through CRI as the kubelet does) and the demo are the
+//! `reaplet-testbed` crate in `testbed/`, outside the agent.
 
 pub mod active_deadline;
 pub mod agent;
@@ -35,11 +36,10 @@ pub mod authority;
 pub mod backoff;
 pub mod cgroups;
 pub mod check;
+pub mod cli;
 pub mod config;
 pub mod cri;
 pub mod deadline;
-#[cfg(feature = "testbed")]
-pub mod demo;
 pub mod drain;
 pub mod events;
 pub mod eviction;
@@ -59,8 +59,6 @@ pub mod standby;
 pub mod status;
 pub mod systemd;
 pub mod terminating;
-#[cfg(feature = "testbed")]
-pub mod testbed;
 pub mod timeline;
 pub mod volumes;
 pub mod workers;

@@ -1,7 +1,7 @@
 //! reaplet's binary: parses argv (clap reads the `REAPLET_*` environment variables with it)
 //! and runs the command the library implements: [`reaplet::config::flags`] (`run`, `check`),
 //! [`reaplet::agent::start`], [`reaplet::check`], [`reaplet::pods_view`],
-//! [`reaplet::drain::cli`] and, with the `testbed` feature, `reaplet::demo`. The only place that
+//! [`reaplet::drain::cli`]. The only place that
 //! reads argv or exits, and the only user of anyhow.
 //!
 //! Invariants (the kubelet's `cmd/kubelet/app` counterpart):
@@ -14,13 +14,12 @@
 //!   ([`emit`]), messages and logs to stderr are dropped, so SIGTERM is always honoured.
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
 use reaplet::agent::start::{self, RunError};
+use reaplet::cli::{Cli, Command};
 use reaplet::config::ConfigError;
-use reaplet::config::flags::Flags;
-use reaplet::drain::cli::{self, CliError, DrainCmd, MakeRoomCmd};
+use reaplet::drain::cli::{self, CliError};
 use reaplet::logs::log_config;
-use reaplet::pods_view::{self, PodsArgs};
+use reaplet::pods_view;
 use std::io::Write as _;
 use tokio_util::sync::CancellationToken;
 
@@ -32,38 +31,6 @@ const EXIT_CONFIG: i32 = 64;
 const EXIT_CREDENTIALS: i32 = 75;
 // the operator commands' usage errors are configuration errors too
 const _: () = assert!(EXIT_CONFIG == cli::EXIT_USAGE);
-
-#[derive(Parser)]
-#[command(
-    name = "reaplet",
-    version,
-    about = "Ends pods on a Kubernetes node the way the kubelet does"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the agent: watch this node's pods and end those that must stop.
-    Run(Flags),
-    /// Preflight: check the runtime, cgroups, root dir, API access and logind; exit 1 on a failure.
-    Check(Flags),
-    /// Show what a running agent sees (from its local status endpoint).
-    Pods(PodsArgs),
-    /// Empty this node: cordon it, then evict its pods through the Eviction API, lower priority
-    /// first, each owner's pods one at a time (the ReplicaSet scale-down ranking).
-    Drain(DrainCmd),
-    /// Free what a pod of priority P needs on this node, evicting the fewest lower-priority pods
-    /// (the scheduler's preemption victim selection).
-    MakeRoom(MakeRoomCmd),
-    /// Print the version.
-    Version,
-    /// Demonstrate the pipeline on a private containerd (see scripts/demo.sh).
-    #[cfg(feature = "testbed")]
-    Demo(reaplet::demo::DemoArgs),
-}
 
 /// One line to stderr; a closed or broken stderr is ignored, never a panic (`eprintln!`
 /// panics on EPIPE).
@@ -92,7 +59,7 @@ fn emit(text: &str) -> std::io::Result<()> {
 /// argv parsed; a usage error exits 64 with one line (clap's own exit code is 2).
 fn parse_args() -> Cli {
     use clap::error::ErrorKind;
-    let e = match Cli::try_parse() {
+    let e = match reaplet::cli::parse_from(std::env::args_os()) {
         Ok(cli) => return cli,
         Err(e) => e,
     };
@@ -236,13 +203,6 @@ async fn dispatch(command: Command) -> Result<i32> {
         Command::MakeRoom(args) => Ok(operator_exit(
             cli::make_room_cmd(args, &mut std::io::stdout()).await,
         )),
-        #[cfg(feature = "testbed")]
-        Command::Demo(args) => {
-            reaplet::logs::init_logs(reaplet::config::LogFormat::Auto);
-            let report = reaplet::demo::command(args).await?;
-            emit(&report).context("writing the output")?;
-            Ok(0)
-        }
     }
 }
 

@@ -19,16 +19,17 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct PodsArgs {
     /// The config file `reaplet run` uses: its metricsBindAddress is the agent's endpoint.
-    #[arg(long, env = "REAPLET_CONFIG")]
+    #[arg(long, env = "REAPLET_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// The kubelet's config file, as for `reaplet run`.
-    #[arg(long, env = "REAPLET_KUBELET_CONFIG")]
+    #[arg(long, env = "REAPLET_KUBELET_CONFIG", value_name = "FILE")]
     kubelet_config: Option<String>,
     /// The agent's status endpoint (default: from the config, else 127.0.0.1:10266).
     #[arg(
         long,
         alias = "metrics-bind-address",
-        env = "REAPLET_METRICS_BIND_ADDRESS"
+        env = "REAPLET_METRICS_BIND_ADDRESS",
+        value_name = "ADDR"
     )]
     address: Option<String>,
     /// Show one pod's termination timeline instead: NAMESPACE/NAME or the pod's UID (a pod
@@ -41,7 +42,8 @@ pub struct PodsArgs {
         short = 'o',
         value_enum,
         default_value = "text",
-        requires = "timeline"
+        requires = "timeline",
+        value_name = "FORMAT"
     )]
     pub output: TimelineOutput,
     /// Also write the timeline as a self-contained SVG chart to FILE (opens in a browser).

@@ -10,7 +10,7 @@ use common::exits::Exits;
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
+use reaplet_testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -359,7 +359,7 @@ async fn static_manifest_source_runs_without_any_api_and_removal_terminates() {
         &file,
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 3\n  hostNetwork: true\n  containers:\n  - name: app\n    image: {}\n    command: [/bin/sh, -c, \"{IGNORES_TERM}\"]\n",
-            reaplet::testbed::BUSYBOX_IMAGE
+            reaplet_testbed::BUSYBOX_IMAGE
         ),
     )
     .unwrap();
@@ -573,7 +573,7 @@ async fn a_manifest_is_matched_to_the_static_pod_the_runtime_really_runs() {
         &file,
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  terminationGracePeriodSeconds: 3\n  hostNetwork: true\n  containers:\n  - name: app\n    image: {}\n    command: [/bin/sh, -c, \"{IGNORES_TERM}\"]\n",
-            reaplet::testbed::BUSYBOX_IMAGE
+            reaplet_testbed::BUSYBOX_IMAGE
         ),
     )
     .unwrap();

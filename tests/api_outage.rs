@@ -31,7 +31,7 @@ use common::k8s::proxy::Proxy;
 use common::kube_node::{KubeNode, NODE, container_id, pod, received_ns, uid};
 use reaplet::api::health::PROBE_PERIOD;
 use reaplet::cri::Runtime;
-use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM};
+use reaplet_testbed::{IGNORES_TERM, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

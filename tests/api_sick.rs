@@ -15,7 +15,7 @@ use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, Recorded};
 use reaplet::standby::AuthoritySetting;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch};
 use std::time::{Duration, Instant};
 
 /// The window of sickness.

@@ -8,7 +8,7 @@ mod common;
 
 use common::exits::Exits;
 use common::*;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
+use reaplet_testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

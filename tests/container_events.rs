@@ -29,7 +29,7 @@ use reaplet::cri::{
     ContainerDetail, ContainerEventKind, ContainerRunState, CriClient, CriConfig, EventSource,
     EventSubscription, Runtime,
 };
-use reaplet::testbed::{ContainerTemplate, PodTemplate, Testbed, launch};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, Testbed, launch};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -32,7 +32,7 @@ use common::k8s::Audit;
 use common::kube_node::{KubeNode, NODE, container_id, pod, received_ns, uid};
 use common::port::free_port;
 use reaplet::cri::Runtime;
-use reaplet::testbed::IGNORES_TERM;
+use reaplet_testbed::IGNORES_TERM;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

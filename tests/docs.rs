@@ -176,37 +176,46 @@ fn the_readme_is_a_front_page() {
     );
 }
 
+const REFERENCE_BEGIN: &str =
+    "<!-- BEGIN flag reference (generated: edit src/config/flags.rs) -->\n";
+const REFERENCE_END: &str = "<!-- END flag reference -->\n";
+
+/// `docs/configure.md`'s flag tables are what the code renders from the flags' definitions
+/// (`reaplet::cli::flag_reference`); `REAPLET_BLESS=1` writes them into the page instead.
 #[test]
-fn the_configuration_guide_names_every_flag_of_reaplet_run() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reaplet"))
-        .args(["run", "--help"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "reaplet run --help failed");
-    let help = String::from_utf8(out.stdout).unwrap();
-    let flags: Vec<&str> = help
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .filter(|w| w.starts_with("--") && w.len() > 2)
-        .filter(|w| !matches!(*w, "--help" | "--version"))
-        .collect();
-    assert!(
-        flags.len() > 20,
-        "too few flags read from the help: {flags:?}"
-    );
-    let guide = std::fs::read_to_string(root().join("docs/configure.md")).unwrap();
-    let missing: Vec<&&str> = flags
-        .iter()
-        .filter(|f| {
-            // the flag as a whole word (`--root-dir` is not `--root-dir-x`)
-            !guide.match_indices(**f).any(|(i, _)| {
-                let next = guide[i + f.len()..].chars().next();
-                !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
-            })
-        })
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "docs/configure.md does not name these flags of `reaplet run`: {missing:?}"
+fn the_configuration_guide_has_the_flag_reference_the_code_renders() {
+    let path = root().join("docs/configure.md");
+    let page = std::fs::read_to_string(&path).unwrap();
+    let begin = page
+        .find(REFERENCE_BEGIN)
+        .expect("the reference's BEGIN marker")
+        + REFERENCE_BEGIN.len();
+    let end = page
+        .find(REFERENCE_END)
+        .expect("the reference's END marker");
+    assert!(begin <= end, "the reference's markers are out of order");
+    let want = reaplet::cli::flag_reference();
+    if page[begin..end] == want {
+        return;
+    }
+    if std::env::var_os("REAPLET_BLESS").is_some() {
+        let new = format!("{}{want}{}", &page[..begin], &page[end..]);
+        std::fs::write(&path, new).unwrap();
+        return;
+    }
+    let line = page[..begin].lines().count() + 1;
+    let first = page[begin..end]
+        .lines()
+        .zip(want.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| page[begin..end].lines().count().min(want.lines().count()));
+    panic!(
+        "docs/configure.md's flag reference (line {line}) is not what the flags' definitions \
+         render; first difference at its line {}: {:?} where the code renders {:?}. Run \
+         `REAPLET_BLESS=1 cargo test --test docs` to write it",
+        first + 1,
+        page[begin..end].lines().nth(first),
+        want.lines().nth(first)
     );
 }
 

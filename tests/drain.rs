@@ -9,7 +9,7 @@ mod common;
 use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::{ApiServer, User};
 use common::*;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -72,7 +72,7 @@ async fn launch(api: &ApiServer, h: &ApiHarness, s: &Spec) -> String {
             "restartCount": restarts, "image": "busybox", "imageID": "", "started": true,
             "state": {"running": {}}}]);
     });
-    reaplet::testbed::launch(&h.tb, &t).await.unwrap();
+    reaplet_testbed::launch(&h.tb, &t).await.unwrap();
     t.uid.clone()
 }
 

@@ -11,7 +11,7 @@ use common::api_harness::{ApiHarness, NODE};
 use common::apiserver::{ApiServer, Recorded};
 use common::*;
 use reaplet::eviction::{AffinityConfig, EvictionConfig, selector::LabelSelector};
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -53,7 +53,7 @@ async fn launch_with(
     h: &ApiHarness,
     t: &PodTemplate,
     f: impl FnOnce(&mut Value),
-) -> reaplet::testbed::LaunchedPod {
+) -> reaplet_testbed::LaunchedPod {
     let mut obj = t.api_object();
     f(&mut obj);
     api.create_pod(obj);
@@ -62,7 +62,7 @@ async fn launch_with(
         p["status"]["phase"] = "Running".into();
         p["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
     });
-    reaplet::testbed::launch(&h.tb, t).await.unwrap()
+    reaplet_testbed::launch(&h.tb, t).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

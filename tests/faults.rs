@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use reaplet::cgroups::CgroupManager;
 use reaplet::cri::{ContainerRunState, Runtime};
 use reaplet::pod::PodUid;
-use reaplet::testbed::{
+use reaplet_testbed::{
     ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
 use std::collections::HashMap;

@@ -12,7 +12,7 @@ mod common;
 
 use common::k8s::Audit;
 use common::kube_node::{KubeNode, container_id, pod, uid};
-use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM};
+use reaplet_testbed::{IGNORES_TERM, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -24,7 +24,7 @@ use common::k8s::Cluster;
 use common::kube_node::{KubeNode, NODE, pod, uid};
 use common::port::free_port;
 use common::{reaplet, row};
-use reaplet::testbed::Testbed;
+use reaplet_testbed::Testbed;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::pod::{PodUid, QosClass};
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch, new_uid};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM, launch, new_uid};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -26,7 +26,7 @@ mod lease_watch;
 use common::kube_node::{KubeNode, NODE, pod, uid};
 use common::{free_addr, metric, probe, reaplet, row};
 use reaplet::cri::Runtime;
-use reaplet::testbed::IGNORES_TERM;
+use reaplet_testbed::IGNORES_TERM;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use reaplet::cri::pb;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
 use reaplet::workers::KillRequest;
+use reaplet_testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, launch};
 use serde_json::json;
 use std::time::Duration;
 

@@ -11,7 +11,7 @@ mod common;
 use common::apiserver::ApiServer;
 use common::*;
 use reaplet::cri::Runtime;
-use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM, Testbed};
+use reaplet_testbed::{IGNORES_TERM, TRAPS_TERM, Testbed};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};

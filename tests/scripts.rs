@@ -146,7 +146,7 @@ fn run(mut c: Command) -> Run {
 // ---------------------------------------------------------------------------------------------
 // scripts/test.sh
 
-/// A fake `cargo` for test.sh: `install` (cargo-deb) does nothing, `deb` prints a package's
+/// A fake `cargo` for test.sh: `install` (cargo-deb) and `run` (the xtask) do nothing, `deb` prints a package's
 /// path; `fmt` fails when FAKE_FMT_FAIL is set; `metadata` lists six targets (the library,
 /// tests api, pipeline, vm and handover, the termination benchmark); `test` runs the selected
 /// ones (`--lib`, `--test NAME`, `--bench NAME`, or all), builds nothing with `--no-run`, and
@@ -165,6 +165,7 @@ fmt)
     if [ -n "${FAKE_FMT_FAIL:-}" ]; then echo "Diff in /repo/src/lib.rs at line 1:"; exit 1; fi ;;
 clippy) ;;
 install) ;;
+run) ;;
 deb) echo "$CARGO_TARGET_DIR/debian/reaplet_0.1.0-1_amd64.deb" ;;
 metadata)
     t() { printf '{"kind":["%s"],"name":"%s"}' "$1" "$2"; }
@@ -404,7 +405,7 @@ fn test_sh_stops_at_a_failed_set_up_step_naming_it() {
 // scripts/demo.sh
 
 /// A fake repository with scripts/demo.sh, a stub test bed and a fake `cargo build` that prints
-/// 60 "Compiling" lines (or fails, with FAKE_BUILD_FAIL) and writes a fake `reaplet`.
+/// 60 "Compiling" lines (or fails, with FAKE_BUILD_FAIL) and writes a fake `reaplet-demo`.
 fn demo_sandbox() -> Sandbox {
     let sb = Sandbox::new(&[]);
     sb.copy_script("scripts/demo.sh");
@@ -422,8 +423,8 @@ for i in $(seq 1 60); do echo "   Compiling crate$i v1.0.0" >&2; done
 echo "    Finished \`release\` profile [optimized] target(s) in 1.00s" >&2
 out=${CARGO_TARGET_DIR:-target}/release
 mkdir -p "$out"
-printf '#!/bin/bash\necho "POD WHY GRACE (fake reaplet $*)"\n' >"$out/reaplet"
-chmod +x "$out/reaplet""#,
+printf '#!/bin/bash\necho "POD WHY GRACE (fake reaplet-demo $*)"\n' >"$out/reaplet-demo"
+chmod +x "$out/reaplet-demo""#,
     );
     sb
 }
@@ -434,7 +435,8 @@ fn demo_sh_shows_each_step_with_its_duration() {
     let r = run(sb.command(&sb.path("repo/scripts/demo.sh"), &[]));
     assert_eq!(r.code, Some(0), "{r:?}");
     assert!(
-        r.stdout.contains("POD WHY GRACE (fake reaplet demo"),
+        r.stdout
+            .contains("POD WHY GRACE (fake reaplet-demo --testbed-dir"),
         "{r:?}"
     );
     for want in [

@@ -10,7 +10,7 @@ use common::standin::{StandIn, node_events, reaplet_requests, wait_node_event};
 use common::*;
 use reaplet::cri::Runtime;
 use reaplet::standby::AuthoritySetting;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use std::time::{Duration, Instant};
 
 /// The takeover threshold (the default is 40 s).

@@ -10,7 +10,7 @@ mod common;
 
 use common::k8s::proxy::Proxy;
 use common::kube_node::{KubeNode, NODE, container_id, pod};
-use reaplet::testbed::IGNORES_TERM;
+use reaplet_testbed::IGNORES_TERM;
 use std::time::{Duration, Instant};
 
 /// How long reaplet may take to list the pods once started, on a loaded 2-core machine.

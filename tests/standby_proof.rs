@@ -18,7 +18,7 @@ use common::apiserver::faults::{FaultRule, Match};
 use common::apiserver::{ApiServer, User};
 use common::standin::{StandIn, node_events, reaplet_requests, serve_healthz, wait_node_event};
 use common::*;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use std::time::{Duration, Instant};
 
 /// The kubelet's Lease renewal period.

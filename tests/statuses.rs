@@ -10,7 +10,7 @@ use common::apiserver::{ApiServer, Recorded, User};
 use common::*;
 use reaplet::cri::{Runtime, pb};
 use reaplet::pod::PodUid;
-use reaplet::testbed::{
+use reaplet_testbed::{
     BUSYBOX_IMAGE, ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM, Testbed, launch,
 };
 use serde_json::Value;

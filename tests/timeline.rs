@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
 use reaplet::timeline::{Step, StopKind, Timeline};
+use reaplet_testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -134,7 +134,7 @@ async fn timelines_of_a_hook_a_sigkill_and_an_orphan_as_text_json_and_a_rendered
     // in the runtime only: an orphan once reaplet has listed its sources
     let orphan =
         PodTemplate::new("leftover", 30).container(ContainerTemplate::new("app", IGNORES_TERM));
-    let o = reaplet::testbed::launch(&tb, &orphan).await.unwrap();
+    let o = reaplet_testbed::launch(&tb, &orphan).await.unwrap();
 
     let address = free_address();
     let kcs = kc.display().to_string();

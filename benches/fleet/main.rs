@@ -52,7 +52,7 @@ use audit::AuditLog;
 use identity::Identity;
 use k8s::{Cluster, Options};
 use procs::{Fleet, Member, rss_mib};
-use reaplet::testbed::Testbed;
+use reaplet_testbed::Testbed;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -30,7 +30,7 @@ async fn launch_set(api: &ApiServer, tb: &Testbed, set: &str) -> R<Vec<String>> 
                 p["status"]["conditions"] =
                     serde_json::json!([{"type": "Ready", "status": "True"}]);
             });
-            async move { testbed::launch(tb, &t).await.map(|_| t.uid.clone()) }
+            async move { reaplet_testbed::launch(tb, &t).await.map(|_| t.uid.clone()) }
         });
         for r in futures_util::future::join_all(launches).await {
             uids.push(r.map_err(|e| e.to_string())?);

@@ -34,7 +34,9 @@ async fn gated_pod(
         PodTemplate::new(name, 30).container(ContainerTemplate::new("app", &gate.script(name, 0)));
     t.restart_policy = "Never";
     api.create_pod(t.api_object());
-    let p = testbed::launch(tb, &t).await.map_err(|e| e.to_string())?;
+    let p = reaplet_testbed::launch(tb, &t)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((t, p))
 }
 

@@ -43,8 +43,8 @@ mod gate;
 
 use apiserver::ApiServer;
 use reaplet::cri::Runtime;
-use reaplet::testbed::{self, ContainerTemplate, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed};
 use reaplet::wall_ns;
+use reaplet_testbed::{ContainerTemplate, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -264,7 +264,9 @@ impl Window {
 async fn api_pod(api: &ApiServer, tb: &Testbed, name: &str) -> R<(PodTemplate, LaunchedPod)> {
     let t = PodTemplate::new(name, 30).container(ContainerTemplate::new("app", TRAPS_TERM));
     api.create_pod(t.api_object());
-    let p = testbed::launch(tb, &t).await.map_err(|e| e.to_string())?;
+    let p = reaplet_testbed::launch(tb, &t)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((t, p))
 }
 

@@ -33,19 +33,19 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 #[derive(clap::Args)]
 pub struct OperatorArgs {
     /// The node (default: this host's name).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     node: Option<String>,
     /// kubeconfig (default: $KUBECONFIG, else ~/.kube/config), as kubectl.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// Print the plan only; change nothing (not even the cordon).
     #[arg(long)]
     dry_run: bool,
     /// Give up after this long (e.g. 5m), exit 1 and list the pods still there.
-    #[arg(long)]
+    #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
     /// table (a live table; the default on a terminal), plain (one line per change) or json.
-    #[arg(long, short = 'o')]
+    #[arg(long, short = 'o', value_name = "FORMAT")]
     output: Option<String>,
 }
 
@@ -54,7 +54,7 @@ pub struct DrainCmd {
     #[command(flatten)]
     op: OperatorArgs,
     /// The grace period for every eviction (default: each pod's own).
-    #[arg(long)]
+    #[arg(long, value_name = "SECONDS")]
     grace_period: Option<i64>,
     /// Evict pods with emptyDir volumes (their data is lost).
     #[arg(long)]
@@ -70,16 +70,16 @@ pub struct MakeRoomCmd {
     op: OperatorArgs,
     /// A pod manifest (YAML or JSON): its requests, priorityClassName (resolved from the API,
     /// as admission does) and preemptionPolicy.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     for_pod: Option<PathBuf>,
     /// CPU the pod requests (a quantity: 500m, 2); overrides the manifest's.
-    #[arg(long)]
+    #[arg(long, value_name = "QUANTITY")]
     cpu: Option<String>,
     /// Memory the pod requests (a quantity: 512Mi, 2Gi); overrides the manifest's.
-    #[arg(long)]
+    #[arg(long, value_name = "QUANTITY")]
     memory: Option<String>,
     /// Ephemeral storage the pod requests; overrides the manifest's.
-    #[arg(long)]
+    #[arg(long, value_name = "QUANTITY")]
     ephemeral_storage: Option<String>,
     /// Any other resource the pod requests, as NAME=QUANTITY (e.g. example.com/gpu=1);
     /// repeatable; overrides the manifest's.
@@ -87,7 +87,7 @@ pub struct MakeRoomCmd {
     extra: Vec<String>,
     /// The pod's priority: only lower priorities are evicted. Overrides the manifest's class
     /// (default: the manifest's class, else the cluster's global default class, else 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
     priority: Option<i32>,
 }
 

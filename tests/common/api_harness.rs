@@ -5,7 +5,7 @@
 use super::apiserver::ApiServer;
 use super::{repo, wait_pods_gone, wait_watches, watches};
 use reaplet::agent::AgentConfig;
-use reaplet::testbed::Testbed;
+use reaplet_testbed::Testbed;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 

@@ -131,7 +131,7 @@ pub fn release_binary() -> PathBuf {
 
 /// Builds (or finds up to date) the image `reaplet:local` and imports it into the test bed's
 /// containerd (the Kubernetes namespace `k8s.io`, where the kubelet finds it).
-pub fn import_reaplet_image(tb: &reaplet::testbed::Testbed) {
+pub fn import_reaplet_image(tb: &reaplet_testbed::Testbed) {
     let out = Command::new("bash")
         .arg(super::repo().join("testbed/testbed.sh"))
         .arg("reaplet-image")

@@ -7,13 +7,13 @@ use super::k8s::kubelet::Kubelet;
 use super::k8s::{Audit, Cluster, Options};
 use crate::common::{KillOnDrop, reaplet, repo};
 use reaplet::cri::{CriClient, Runtime};
-use reaplet::testbed::Testbed;
+use reaplet_testbed::Testbed;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const NODE: &str = "kube-node";
-pub const IMAGE: &str = reaplet::testbed::BUSYBOX_IMAGE;
+pub const IMAGE: &str = reaplet_testbed::BUSYBOX_IMAGE;
 
 pub struct KubeNode {
     pub reaplet: Option<(std::process::Child, KillOnDrop)>,
@@ -27,7 +27,7 @@ pub struct KubeNode {
 
 /// A pod of one container `app` running `script`, bound to the node, on the host network.
 pub fn pod(name: &str, grace: i64, script: &str) -> Value {
-    reaplet::testbed::host_network_pod(NODE, name, grace, script)
+    reaplet_testbed::host_network_pod(NODE, name, grace, script)
 }
 
 /// When the server received `a`, in wall-clock ns (comparable with [`reaplet::wall_ns`] and

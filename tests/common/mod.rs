@@ -9,8 +9,8 @@ use reaplet::events::{EventSink, PodEvent};
 #[allow(unused_imports)]
 pub use reaplet::lifecycle::{KillReason, PodPhase};
 use reaplet::pod::PodUid;
-use reaplet::testbed::Testbed;
 use reaplet::workers::{PipelineConfig, PodView, PodWorkers};
+use reaplet_testbed::Testbed;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -244,9 +244,9 @@ impl Harness {
     /// Launches `t` in the runtime and makes it the whole desired set.
     pub async fn launch_desired(
         &self,
-        t: &reaplet::testbed::PodTemplate,
-    ) -> reaplet::testbed::LaunchedPod {
-        let p = reaplet::testbed::launch(&self.tb, t).await.unwrap();
+        t: &reaplet_testbed::PodTemplate,
+    ) -> reaplet_testbed::LaunchedPod {
+        let p = reaplet_testbed::launch(&self.tb, t).await.unwrap();
         self.desire(vec![t.pod_info()]);
         p
     }
@@ -341,11 +341,11 @@ pub async fn launch_app_pods<N: AsRef<str>>(
     tb: &Testbed,
     grace: i64,
     pods: impl IntoIterator<Item = (N, &'static str)>,
-) -> Vec<(reaplet::testbed::PodTemplate, reaplet::testbed::LaunchedPod)> {
+) -> Vec<(reaplet_testbed::PodTemplate, reaplet_testbed::LaunchedPod)> {
     let mut out = Vec::new();
     for (name, script) in pods {
-        let t = reaplet::testbed::PodTemplate::new(name.as_ref(), grace)
-            .container(reaplet::testbed::ContainerTemplate::new("app", script));
+        let t = reaplet_testbed::PodTemplate::new(name.as_ref(), grace)
+            .container(reaplet_testbed::ContainerTemplate::new("app", script));
         let p = launch_in_api(api, tb, &t).await;
         out.push((t, p));
     }
@@ -367,10 +367,10 @@ pub async fn api_bed(name: &str) -> (Testbed, apiserver::ApiServer, tempfile::Te
 pub async fn launch_in_api(
     api: &apiserver::ApiServer,
     tb: &Testbed,
-    t: &reaplet::testbed::PodTemplate,
-) -> reaplet::testbed::LaunchedPod {
+    t: &reaplet_testbed::PodTemplate,
+) -> reaplet_testbed::LaunchedPod {
     api.create_pod(t.api_object());
-    reaplet::testbed::launch(tb, t)
+    reaplet_testbed::launch(tb, t)
         .await
         .expect("launching a pod")
 }

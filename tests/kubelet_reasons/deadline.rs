@@ -10,11 +10,11 @@ use super::*;
 async fn active_deadline_ends_pods_as_the_kubelet_does() {
     let _one = ONE_NODE.lock().await;
     let mut n = KubeNode::start("deadline-kubelet").await;
-    let mut k = pod("dl-k", 30, reaplet::testbed::TRAPS_TERM);
+    let mut k = pod("dl-k", 30, reaplet_testbed::TRAPS_TERM);
     k["spec"]["activeDeadlineSeconds"] = json!(5);
-    let mut r = pod("dl-r", 30, reaplet::testbed::TRAPS_TERM);
+    let mut r = pod("dl-r", 30, reaplet_testbed::TRAPS_TERM);
     r["spec"]["activeDeadlineSeconds"] = json!(60);
-    let steady = pod("steady", 30, reaplet::testbed::TRAPS_TERM);
+    let steady = pod("steady", 30, reaplet_testbed::TRAPS_TERM);
     // reaplet removes a finished pod's sandbox at its next relist: exits from the events
     let exits = Exits::watch(&n.client).await;
     for p in [&k, &r, &steady] {

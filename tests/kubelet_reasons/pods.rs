@@ -101,7 +101,7 @@ pub(crate) fn hog(gate: &Gate, name: &str, exits_on_term: bool) -> Value {
 }
 
 pub(crate) fn bystander(name: &str, guaranteed: bool) -> Value {
-    let mut p = pod(name, 30, reaplet::testbed::TRAPS_TERM);
+    let mut p = pod(name, 30, reaplet_testbed::TRAPS_TERM);
     let r = json!({"cpu": "10m", "memory": "64Mi"});
     p["spec"]["containers"][0]["resources"] = if guaranteed {
         json!({"requests": r, "limits": r})

@@ -6,10 +6,10 @@ use crate::Outcome;
 use reaplet::cgroups::CgroupDriver;
 use reaplet::cri::{ContainerRunState, CriClient, CriConfig, Runtime};
 use reaplet::pod::{PodUid, QosClass};
-use reaplet::testbed::{
+use reaplet::wall_ns;
+use reaplet_testbed::{
     self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
 };
-use reaplet::wall_ns;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -205,7 +205,7 @@ impl Guest {
     }
 
     async fn launch(&self, t: &PodTemplate) -> R<LaunchedPod> {
-        testbed::launch(&self.tb, t)
+        reaplet_testbed::launch(&self.tb, t)
             .await
             .map_err(|e| format!("launching {}: {e}", t.name))
     }

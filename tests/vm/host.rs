@@ -1,5 +1,5 @@
 //! Host side: image, inputs, two qemu boots of the one image (KVM when `/dev/kvm` is usable,
-//! TCG otherwise: [`reaplet::testbed::Accel`]), the report. The agent boot runs reaplet beside
+//! TCG otherwise: [`reaplet_testbed::Accel`]), the report. The agent boot runs reaplet beside
 //! containerd with no kubelet; the node boot adds the real kubelet and the real kube-apiserver +
 //! etcd, which run here on the host ([`crate::k8s::Cluster`]) and which the guest reaches only
 //! through qemu's user-mode network (`restrict=on`): a `guestfwd` of 10.0.2.100:6443 to this
@@ -7,7 +7,7 @@
 //! to its `--audit` (the API server's audit log, served once per connection).
 
 use crate::{AGENT_SCENARIOS, Boot, NODE, NODE_SCENARIOS, Outcome};
-use reaplet::testbed::{ACCEL_ENV, Accel, KVM_DEVICE};
+use reaplet_testbed::{ACCEL_ENV, Accel, KVM_DEVICE};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -9,8 +9,8 @@ use crate::host::{GUEST_AUDIT, GUEST_PKI};
 use crate::k8s::{self, Audit};
 use reaplet::cri::Runtime;
 use reaplet::pod::PodUid;
-use reaplet::testbed::{IGNORES_TERM, TRAPS_TERM};
 use reaplet::wall_ns;
+use reaplet_testbed::{IGNORES_TERM, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,7 +66,7 @@ shutdownGracePeriodCriticalPods: {SHUTDOWN_CRITICAL}s
 
 /// A pod of one container `app` running `script`, bound to the node, on the host network.
 pub(super) fn pod(node: &str, name: &str, grace: i64, script: &str) -> Value {
-    reaplet::testbed::host_network_pod(node, name, grace, script)
+    reaplet_testbed::host_network_pod(node, name, grace, script)
 }
 
 /// What the kubelet made of a pod.

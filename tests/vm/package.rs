@@ -1,6 +1,8 @@
 //! reaplet from its Debian package (scripts/test.sh builds it with cargo-deb; the maintainer
 //! scripts are debian/*), the way an operator handles it:
-//! * `package_install_upgrade_purge`: a first install enables the unit and does not start it;
+//! * `package_install_upgrade_purge`: a first install enables the unit and does not start it,
+//!   and installs the man pages (every flag in `reaplet-run(1)`), the shell completions (bash
+//!   completes a command), README.Debian, NEWS and the guide the README links to;
 //!   an upgrade keeps the operator's config without a prompt and restarts the running service
 //!   (a new process of the new binary) without touching a running pod; purge leaves nothing of
 //!   reaplet behind (files, /etc/reaplet, enablement state);
@@ -27,13 +29,23 @@ const DSH_STATE: &str = "/var/lib/systemd/deb-systemd-helper-enabled/reaplet.ser
 /// The upper bound of one dpkg run (an upgrade waits for the restarted reaplet's READY).
 const DPKG_LIMIT: &str = "180";
 /// Where nothing named after reaplet may be left after the purge.
-const SEARCHED: [&str; 5] = [
+const SEARCHED: [&str; 9] = [
     "/etc",
     "/lib/systemd",
     "/usr/lib/systemd",
     "/usr/share/doc",
+    "/usr/share/man",
+    "/usr/share/bash-completion",
+    "/usr/share/zsh",
+    "/usr/share/fish",
     "/var/lib/systemd",
 ];
+/// The docs and man pages dpkg takes back in (the guest's image leaves both out of every package).
+const DOCS_IN: [&str; 2] = [
+    "--path-include=/usr/share/doc/reaplet/*",
+    "--path-include=/usr/share/man/man1/reaplet*",
+];
+const DOC: &str = "/usr/share/doc/reaplet";
 /// The VM's own files carry this prefix (testbed/vm/image.sh): the runner unit, a modules file.
 const VM_OWN: &str = "reaplet-vm";
 
@@ -70,15 +82,12 @@ fn dpkg(args: &[&str]) -> R<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Installs (or upgrades to) the package file `deb`. The guest's image leaves /usr/share/doc out
-/// of every package (a dpkg path-exclude, to stay small); reaplet's docs are taken back in so
-/// that their install and purge are seen too.
+/// Installs (or upgrades to) the package file `deb`. The guest's image leaves /usr/share/doc and
+/// /usr/share/man out of every package (dpkg path-excludes, to stay small); reaplet's are taken
+/// back in so that their install and purge are seen too.
 pub(super) fn dpkg_install(deb: &Path) -> R<String> {
-    dpkg(&[
-        "--path-include=/usr/share/doc/reaplet/*",
-        "-i",
-        &deb.to_string_lossy(),
-    ])
+    let deb = deb.to_string_lossy();
+    dpkg(&[DOCS_IN[0], DOCS_IN[1], "-i", &deb])
 }
 
 /// The first half of `dpkg -i`: the package's files unpacked (the old `prerm upgrade` leaves
@@ -86,11 +95,8 @@ pub(super) fn dpkg_install(deb: &Path) -> R<String> {
 /// restarts the service: under TCG the unpacking alone takes tens of seconds, so a scenario that
 /// needs the restart at a chosen moment unpacks first.
 pub(super) fn dpkg_unpack(deb: &Path) -> R<String> {
-    dpkg(&[
-        "--path-include=/usr/share/doc/reaplet/*",
-        "--unpack",
-        &deb.to_string_lossy(),
-    ])
+    let deb = deb.to_string_lossy();
+    dpkg(&[DOCS_IN[0], DOCS_IN[1], "--unpack", &deb])
 }
 
 /// The second half of `dpkg -i`: postinst `configure` (reaplet.service `try-restart`).
@@ -139,6 +145,91 @@ pub(super) async fn wait_active(not: &str) -> R<String> {
         (show(UNIT, "ActiveState") == "active" && pid != "0" && pid != not).then_some(pid)
     })
     .await
+}
+
+/// What the package carries for the operator to read: a man page for reaplet and each command,
+/// `reaplet-run(1)` naming every flag; bash completing `reaplet ru` to `run`; zsh and fish
+/// completions; README.Debian, NEWS and the changelog; every relative link of the README
+/// resolving in the installed documentation.
+fn installed_docs() -> R<String> {
+    let pages = [
+        "reaplet",
+        "reaplet-run",
+        "reaplet-check",
+        "reaplet-pods",
+        "reaplet-drain",
+        "reaplet-make-room",
+    ];
+    for page in pages {
+        let path = format!("/usr/share/man/man1/{page}.1.gz");
+        let roff = sh("gzip", &["-dc", &path]).map_err(|e| format!("{path}: {e}"))?;
+        ensure(roff.contains(&format!(".TH {page} 1")), || {
+            format!(
+                "{path} is not {page}'s man page: {}",
+                &roff[..roff.len().min(200)]
+            )
+        })?;
+        if page == "reaplet-run" {
+            // roff writes a flag's dashes escaped
+            let missing: Vec<&str> = reaplet::config::flags::FLAG_DOCS
+                .iter()
+                .map(|d| d.flag)
+                .filter(|f| !roff.contains(&format!("\\-\\-{}", f.replace('-', "\\-"))))
+                .collect();
+            ensure(missing.is_empty(), || {
+                format!("{path} does not name the flags {missing:?}")
+            })?;
+        }
+    }
+    let completed = sh(
+        "bash",
+        &[
+            "-c",
+            "source /usr/share/bash-completion/completions/reaplet && COMP_WORDS=(reaplet ru) \
+             COMP_CWORD=1 && _reaplet reaplet ru reaplet && echo \"${COMPREPLY[*]}\"",
+        ],
+    )?;
+    ensure(completed.trim() == "run", || {
+        format!("bash completes `reaplet ru` to {completed:?}, not run")
+    })?;
+    for f in [
+        "/usr/share/zsh/vendor-completions/_reaplet",
+        "/usr/share/fish/vendor_completions.d/reaplet.fish",
+        "/usr/share/doc/reaplet/README.Debian",
+        "/usr/share/doc/reaplet/NEWS.gz",
+        "/usr/share/doc/reaplet/changelog.Debian.gz",
+    ] {
+        ensure(Path::new(f).exists(), || format!("{f} not installed"))?;
+    }
+    let readme = std::fs::read_to_string(format!("{DOC}/README.md"))
+        .map_err(|e| format!("{DOC}/README.md: {e}"))?;
+    let mut links = 0;
+    for target in readme
+        .split("](")
+        .skip(1)
+        .filter_map(|s| s.split(')').next())
+    {
+        let file = target.split('#').next().unwrap_or_default();
+        if file.is_empty() || file.contains("://") {
+            continue;
+        }
+        links += 1;
+        let path = Path::new(DOC).join(file);
+        ensure(path.exists(), || {
+            format!(
+                "the README links {target}: {} is not installed",
+                path.display()
+            )
+        })?;
+    }
+    ensure(links > 10, || {
+        format!("only {links} relative links read in the README")
+    })?;
+    Ok(format!(
+        "{} man pages, completions (bash completes `reaplet ru`), README.Debian, NEWS and the \
+         {links} files the README links to installed",
+        pages.len()
+    ))
 }
 
 /// Everything below `dir` whose name mentions reaplet, but for the VM's own files; symlinks are
@@ -199,6 +290,7 @@ pub(super) async fn install_upgrade_purge(g: &Guest, inp: &Path) -> R<String> {
     ensure(example.exists(), || {
         format!("{} not installed", example.display())
     })?;
+    let docs = installed_docs()?;
 
     // the operator's config, the start, a pod
     write_config(inp)?;
@@ -212,7 +304,7 @@ pub(super) async fn install_upgrade_purge(g: &Guest, inp: &Path) -> R<String> {
     }
     let (pids, cid, removed) = r?;
     Ok(format!(
-        "{v1} installed: enabled, never started, {CONFIG} a conffile; upgraded to {v2} with the \
+        "{v1} installed: enabled, never started, {CONFIG} a conffile, {docs}; upgraded to {v2} with the \
          operator's config kept (no prompt) and reaplet restarted into the new binary \
          (pid {pids}); the pod's container {} ran through the upgrade untouched; purge removed \
          the {removed} paths the package listed (its own directories among them), /etc/reaplet, \
@@ -229,7 +321,7 @@ async fn upgrade_and_purge(
     g: &Guest,
     inp: &Path,
     manifest: &Path,
-    p: &reaplet::testbed::LaunchedPod,
+    p: &reaplet_testbed::LaunchedPod,
     v2: &str,
 ) -> R<(String, String, usize)> {
     let pid0 = show(UNIT, "MainPID");

@@ -10,8 +10,8 @@
 
 use super::{Guest, R, REAPLET, SLACK, UNIT, ensure, secs, sh, wait_for};
 use crate::apiserver::ApiServer;
-use reaplet::testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
 use reaplet::wall_ns;
+use reaplet_testbed::{ContainerTemplate, IGNORES_TERM, PodTemplate, TRAPS_TERM};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 use super::{Guest, R, SLACK, UNIT, ensure, secs, sh, show, wait_for};
 use crate::apiserver::ApiServer;
 use crate::standin::StandIn;
-use reaplet::testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use reaplet::wall_ns;
+use reaplet_testbed::{ContainerTemplate, PodTemplate, TRAPS_TERM};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -105,7 +105,7 @@ pub(super) async fn standby_rescue(g: &Guest) -> R<String> {
 async fn rescue(
     g: &Guest,
     api: &ApiServer,
-    p: &reaplet::testbed::LaunchedPod,
+    p: &reaplet_testbed::LaunchedPod,
     vol: &Path,
     kubelet: &mut StandIn,
 ) -> R<String> {

@@ -69,7 +69,7 @@ impl Who {
 
 /// A pod of one container `app` running `script`, bound to the node, on the host network.
 fn pod(name: &str, script: &str) -> Value {
-    testbed::host_network_pod(NODE, name, 30, script)
+    reaplet_testbed::host_network_pod(NODE, name, 30, script)
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {

@@ -1,4 +1,4 @@
-//! Test bed helpers (no kubelet counterpart; they do what the kubelet's `SyncPod` does when it
+//! reaplet's test bed, the Rust side (no kubelet counterpart; they do what the kubelet's `SyncPod` does when it
 //! starts a pod, so tests, benchmarks and the demo can create pods the way a real node has them).
 //!
 //! * [`Testbed`] runs a private containerd through `testbed/testbed.sh` (own socket, state,
@@ -8,11 +8,17 @@
 //!   and the same options on every container, the kubelet's container labels and annotations
 //!   (grace, preStop handler JSON, restart count), sidecars started first.
 //!
-//! Invariant: nothing here is used by the agent itself.
+//! * [`demo`]: the demo `scripts/demo.sh` runs (the `reaplet-demo` binary).
+//!
+//! Invariant: nothing here is used by the agent itself: it is a crate of its own, beside
+//! reaplet's (`reaplet` depends on it only for its tests and benchmarks), so `src/` holds the
+//! agent alone and no release build compiles it.
 
-use crate::cgroups::{CgroupDriver, CgroupNaming};
-use crate::cri::{self, CriClient, CriConfig, pb};
-use crate::pod::{PodInfo, PodUid, QosClass};
+pub mod demo;
+
+use reaplet::cgroups::{CgroupDriver, CgroupNaming};
+use reaplet::cri::{self, CriClient, CriConfig, pb};
+use reaplet::pod::{PodInfo, PodUid, QosClass};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! The demo behind `reaplet demo` (no kubelet counterpart): the real agent with its embedded
+//! The demo behind `reaplet-demo` (no kubelet counterpart): the real agent with its embedded
 //! default pod source, a static manifest directory, on a private containerd (the test bed).
 //!
 //! Four pods are described by manifests and launched through CRI as the kubelet would (a
@@ -7,18 +7,16 @@
 //! the orphan with grace 1, and when the four manifests are removed ends their pods with their
 //! own grace. The report says when and how every container stopped.
 //!
-//! Invariants: only in builds with the `testbed` feature (never in a release package); it
+//! Invariants: only in the test bed's crate (never in a release package); it
 //! touches only the test bed's containerd (`--testbed-dir`) and the pods below its cgroup root
 //! (`--cgroup-root`); the report ([`render`]) is printed once, after every pod has ended.
 
-use crate::agent::{self, AgentConfig};
-use crate::cgroups::CgroupManager;
-use crate::cri::{CriClient, CriConfig, Runtime};
-use crate::file_source;
-use crate::testbed::{
-    self, ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed,
-};
-use crate::wall_ns;
+use crate::{ContainerTemplate, IGNORES_TERM, LaunchedPod, PodTemplate, TRAPS_TERM, Testbed};
+use reaplet::agent::{self, AgentConfig};
+use reaplet::cgroups::CgroupManager;
+use reaplet::cri::{CriClient, CriConfig, Runtime};
+use reaplet::file_source;
+use reaplet::wall_ns;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +34,7 @@ pub struct DemoArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("the test bed's containerd is not answering: {0}")]
-    Runtime(#[from] crate::cri::CriError),
+    Runtime(#[from] reaplet::cri::CriError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("manifest: {0}")]
@@ -70,7 +68,7 @@ pub struct DemoConfig {
     pub mountinfo: PathBuf,
 }
 
-/// `reaplet demo`: runs the demo on the test bed at `args`; returns the report to print.
+/// `reaplet-demo`: runs the demo on the test bed at `args`; returns the report to print.
 pub async fn command(args: DemoArgs) -> Result<String, DemoError> {
     let (version, rows) = run(DemoConfig {
         testbed_dir: args.testbed_dir,
@@ -157,12 +155,10 @@ pub async fn run(cfg: DemoConfig) -> Result<(String, Vec<Row>), DemoError> {
     let launch = |t: PodTemplate| {
         let tb = &tb;
         async move {
-            let p = testbed::launch(tb, &t)
-                .await
-                .map_err(|e| DemoError::Launch {
-                    pod: t.name.clone(),
-                    reason: e.to_string(),
-                })?;
+            let p = crate::launch(tb, &t).await.map_err(|e| DemoError::Launch {
+                pod: t.name.clone(),
+                reason: e.to_string(),
+            })?;
             Ok::<_, DemoError>((t, p))
         }
     };
