@@ -68,10 +68,18 @@ fn parse_args() -> Cli {
             let _ = e.print();
             std::process::exit(0)
         }
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => exit_config(ConfigError {
-            field: "command",
-            why: "missing: run, check, pods or version (reaplet --help)".into(),
-        }),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // the commands as the definition has them
+            let names: Vec<String> = reaplet::cli::command()
+                .get_subcommands()
+                .map(|c| c.get_name().to_owned())
+                .filter(|n| n != "help")
+                .collect();
+            exit_config(ConfigError {
+                field: "command",
+                why: format!("missing: one of {} (reaplet --help)", names.join(", ")),
+            })
+        }
         _ => {
             // clap's message up to its usage block, on one line
             let text = e.to_string();

@@ -61,8 +61,9 @@ pub struct SpanDropLabel {
     pub reason: &'static str,
 }
 
-/// The reasons a span is dropped by the trace export: the queue was full when it ended, its
-/// export failed or timed out, or it ended after the export stopped.
+/// The reasons a span is dropped by the trace export, in this order: the queue was full when it
+/// ended, its export failed or timed out, or it ended after the export stopped (the trace
+/// export takes its three counters by destructuring this array).
 pub const SPAN_DROP_REASONS: [&str; 3] = ["queue_full", "export_failed", "shutdown"];
 
 /// The label of `reaplet_node_pressure_evictions`: the kubelet's signal name

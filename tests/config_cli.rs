@@ -523,3 +523,18 @@ fn a_taken_status_address_is_a_start_error_naming_it_and_the_flag() {
     }
     drop(taken);
 }
+
+/// `reaplet` alone exits 64 with one line naming every command (drain and make-room too).
+#[test]
+fn no_command_names_every_command() {
+    let out = reaplet().output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for c in ["run", "check", "pods", "drain", "make-room", "version"] {
+        assert!(
+            err.contains(&format!(" {c},")) || err.contains(&format!(" {c} (")),
+            "{c} is not named: {err}"
+        );
+    }
+}

@@ -17,25 +17,36 @@ pub enum ConfigFile {
 }
 
 /// A file's top-level mapping (empty for an empty file). Scalars keep their YAML types.
-fn read_mapping(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+/// The file at `path` as a mapping; an unreadable or unparsable file is an error naming
+/// `field`, the setting that named the file.
+fn read_mapping(
+    path: &Path,
+    field: &'static str,
+) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+        .map_err(|e| err(field, format!("{}: {e}", path.display())))?;
     if text.trim().is_empty() {
         return Ok(serde_json::Map::new());
     }
     let value: serde_json::Value = serde_saphyr::from_str_with_options(&text, yaml_options())
-        .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+        .map_err(|e| err(field, format!("{}: {e}", path.display())))?;
     match value {
         serde_json::Value::Object(m) => Ok(m),
         serde_json::Value::Null => Ok(serde_json::Map::new()),
-        _ => Err(err("config", format!("{}: not a mapping", path.display()))),
+        _ => Err(err(field, format!("{}: not a mapping", path.display()))),
     }
 }
 
 impl ConfigFile {
     /// Reads a YAML config file of either kind.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let mut mapping = read_mapping(path)?;
+        Self::read_named(path, "config")
+    }
+
+    /// [`ConfigFile::read`] of a file the setting `field` named: a file that cannot be read or
+    /// parsed is an error naming `field` (`kubeletConfig` for the kubelet's file).
+    pub fn read_named(path: &Path, field: &'static str) -> Result<Self, ConfigError> {
+        let mut mapping = read_mapping(path, field)?;
         let mut header = |key: &'static str| match mapping.remove(key) {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(s)) => Ok(Some(s)),

@@ -542,7 +542,7 @@ pub fn load(flags_env: RawSettings, config: Option<&Path>) -> Result<Loaded, Con
             ));
         }
         let path = abs_path("kubeletConfig", named)?;
-        match ConfigFile::read(&path)? {
+        match ConfigFile::read_named(&path, "kubeletConfig")? {
             ConfigFile::Kubelet(k) => kubelet = Some((path, k)),
             ConfigFile::Reaplet(_) => {
                 return Err(err(

@@ -356,7 +356,7 @@ fn load_layers_flags_env_reaplet_file_kubelet_file_defaults() {
     // kubeletConfig naming reaplet's own kind, a missing file, a relative path
     for (named, field) in [
         (own.display().to_string(), "kind"),
-        ("/nonexistent/config.yaml".to_string(), "config"),
+        ("/nonexistent/config.yaml".to_string(), "kubeletConfig"),
         ("relative.yaml".to_string(), "kubeletConfig"),
     ] {
         let flags_env = RawSettings {
@@ -709,4 +709,35 @@ fn an_override_that_disagrees_with_the_credentials_names_both() {
     );
     assert_eq!(node_name_check(None, &found), Ok(()));
     assert_eq!(node_name_check(Some("worker-7"), &Found::default()), Ok(()));
+}
+
+/// The kubelet's file named by `kubeletConfig` that cannot be read is an error naming
+/// `kubeletConfig` (the setting to mend), not `config` (reaplet's own file, which was fine).
+#[test]
+fn an_unreadable_kubelet_file_names_kubelet_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("kubelet.yaml");
+    let own = write(
+        dir.path(),
+        "reaplet.yaml",
+        &format!("kubeletConfig: {}\n", missing.display()),
+    );
+    let e = load(RawSettings::default(), Some(&own)).unwrap_err();
+    assert_eq!(e.field, "kubeletConfig", "{e}");
+    let flags = RawSettings {
+        kubelet_config: Some(missing.display().to_string()),
+        ..RawSettings::default()
+    };
+    let e = load(flags, None).unwrap_err();
+    assert_eq!(e.field, "kubeletConfig", "{e}");
+    // a file that is no mapping too
+    let bad = write(dir.path(), "list.yaml", "- a\n");
+    let flags = RawSettings {
+        kubelet_config: Some(bad.display().to_string()),
+        ..RawSettings::default()
+    };
+    assert_eq!(load(flags, None).unwrap_err().field, "kubeletConfig");
+    // reaplet's own file unreadable still names config
+    let e = load(RawSettings::default(), Some(&dir.path().join("none.yaml"))).unwrap_err();
+    assert_eq!(e.field, "config", "{e}");
 }

@@ -8,7 +8,7 @@
 //!   the flag;
 //! * the credentials are the operator's, as kubectl finds them (`--kubeconfig`, else the first
 //!   file in `$KUBECONFIG`, else `~/.kube/config`), never the node's;
-//! * Ctrl-C stops issuing evictions and leaves the node cordoned ([`EXIT_INTERRUPTED`], the
+//! * Ctrl-C stops issuing evictions (drain leaves the node cordoned, and says so) ([`EXIT_INTERRUPTED`], the
 //!   pods still there named); any other failure exits 1, a pod the room is for that admission
 //!   would refuse exits [`EXIT_USAGE`];
 //! * the output is `table` (live, the default on a terminal), `plain` or `json`, on the writer
@@ -38,7 +38,7 @@ pub struct OperatorArgs {
     /// kubeconfig (default: $KUBECONFIG, else ~/.kube/config), as kubectl.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
-    /// Print the plan only; change nothing (not even the cordon).
+    /// Print the plan only; change nothing (drain: not even the cordon).
     #[arg(long)]
     dry_run: bool,
     /// Give up after this long (e.g. 5m), exit 1 and list the pods still there.
@@ -98,12 +98,13 @@ pub enum CliError {
     /// A flag, the kubeconfig or the pod manifest is wrong: nothing was asked or changed.
     #[error("{0}")]
     Usage(String),
-    /// Ctrl-C: no further evictions.
+    /// Ctrl-C: no further evictions (`cordoned`: drain cordoned the node, which stays so).
     #[error(
-        "interrupted: no further evictions; the node stays cordoned; still on the node: {}",
+        "interrupted: no further evictions{}; still on the node: {}",
+        if *.cordoned { "; the node stays cordoned" } else { "" },
         .left.join(", ")
     )]
-    Interrupted { left: Vec<String> },
+    Interrupted { left: Vec<String>, cordoned: bool },
     #[error(transparent)]
     Drain(DrainError),
 }
@@ -111,7 +112,11 @@ pub enum CliError {
 impl From<DrainError> for CliError {
     fn from(e: DrainError) -> Self {
         match e {
-            DrainError::Interrupted { left } => CliError::Interrupted { left },
+            // drain's: make-room says otherwise (`make_room_cmd`)
+            DrainError::Interrupted { left } => CliError::Interrupted {
+                left,
+                cordoned: true,
+            },
             e => CliError::Drain(e),
         }
     }
@@ -157,7 +162,11 @@ pub async fn operator_client(op: &OperatorArgs) -> Result<kube::Client, String> 
         .ok_or("no kubeconfig: give --kubeconfig, set $KUBECONFIG or write ~/.kube/config")?;
     let cfg = crate::api::client_config(Some(&path))
         .await
-        .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+        .map_err(|e| match e {
+            // it names the file already
+            e @ crate::api::ApiError::Kubeconfig { .. } => e.to_string(),
+            e => format!("kubeconfig {}: {e}", path.display()),
+        })?;
     crate::api::client::client(cfg).map_err(|e| format!("API client: {e}"))
 }
 
@@ -272,5 +281,63 @@ pub async fn make_room_cmd(args: MakeRoomCmd, out: &mut dyn Write) -> Result<(),
         timeout: op.timeout,
         output: op.output,
     };
-    Ok(super::run::make_room(op.client, a, op.cancel, out).await?)
+    // make-room never cordons the node
+    super::run::make_room(op.client, a, op.cancel, out)
+        .await
+        .map_err(|e| match e {
+            DrainError::Interrupted { left } => CliError::Interrupted {
+                left,
+                cordoned: false,
+            },
+            e => e.into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreadable_kubeconfig_is_named_once() {
+        let op = OperatorArgs {
+            node: None,
+            kubeconfig: Some(PathBuf::from("/nonexistent/kubeconfig")),
+            dry_run: false,
+            timeout: None,
+            output: None,
+        };
+        let e = operator_client(&op)
+            .await
+            .err()
+            .expect("no such kubeconfig");
+        // (kube's own message names the file once more, in its words)
+        assert_eq!(
+            e.matches("kubeconfig /nonexistent/kubeconfig:").count(),
+            1,
+            "{e}"
+        );
+        assert!(e.starts_with("kubeconfig /nonexistent/kubeconfig: "), "{e}");
+    }
+
+    #[test]
+    fn only_drains_interruption_says_the_node_stays_cordoned() {
+        let left = vec!["default/a".to_owned()];
+        let drain = CliError::Interrupted {
+            left: left.clone(),
+            cordoned: true,
+        };
+        let room = CliError::Interrupted {
+            left,
+            cordoned: false,
+        };
+        assert_eq!(
+            drain.to_string(),
+            "interrupted: no further evictions; the node stays cordoned; still on the node: default/a"
+        );
+        assert_eq!(
+            room.to_string(),
+            "interrupted: no further evictions; still on the node: default/a"
+        );
+        assert_eq!(room.exit_code(), EXIT_INTERRUPTED);
+    }
 }

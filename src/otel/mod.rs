@@ -208,11 +208,14 @@ impl SpanDrops {
     }
 
     fn counters(family: &Family<SpanDropLabel, Counter>) -> Self {
-        let get = |reason| family.get_or_create(&SpanDropLabel { reason }).clone();
+        // one counter per reason of the one list: a reason added there does not compile here
+        // until it has its counter
+        let [queue_full, export_failed, shutdown] =
+            DROP_REASONS.map(|reason| family.get_or_create(&SpanDropLabel { reason }).clone());
         Self {
-            queue_full: get("queue_full"),
-            export_failed: get("export_failed"),
-            shutdown: get("shutdown"),
+            queue_full,
+            export_failed,
+            shutdown,
         }
     }
 

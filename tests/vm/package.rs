@@ -40,9 +40,11 @@ const SEARCHED: [&str; 9] = [
     "/usr/share/fish",
     "/var/lib/systemd",
 ];
-/// The docs and man pages dpkg takes back in (the guest's image leaves both out of every package).
-const DOCS_IN: [&str; 2] = [
+/// The docs and man pages dpkg takes back in (the guest's image leaves both out of every
+/// package): man1 itself too, which the image's exclusion left uncreated.
+const DOCS_IN: [&str; 3] = [
     "--path-include=/usr/share/doc/reaplet/*",
+    "--path-include=/usr/share/man/man1",
     "--path-include=/usr/share/man/man1/reaplet*",
 ];
 const DOC: &str = "/usr/share/doc/reaplet";
@@ -87,7 +89,7 @@ fn dpkg(args: &[&str]) -> R<String> {
 /// back in so that their install and purge are seen too.
 pub(super) fn dpkg_install(deb: &Path) -> R<String> {
     let deb = deb.to_string_lossy();
-    dpkg(&[DOCS_IN[0], DOCS_IN[1], "-i", &deb])
+    dpkg(&[DOCS_IN[0], DOCS_IN[1], DOCS_IN[2], "-i", &deb])
 }
 
 /// The first half of `dpkg -i`: the package's files unpacked (the old `prerm upgrade` leaves
@@ -96,7 +98,7 @@ pub(super) fn dpkg_install(deb: &Path) -> R<String> {
 /// needs the restart at a chosen moment unpacks first.
 pub(super) fn dpkg_unpack(deb: &Path) -> R<String> {
     let deb = deb.to_string_lossy();
-    dpkg(&[DOCS_IN[0], DOCS_IN[1], "--unpack", &deb])
+    dpkg(&[DOCS_IN[0], DOCS_IN[1], DOCS_IN[2], "--unpack", &deb])
 }
 
 /// The second half of `dpkg -i`: postinst `configure` (reaplet.service `try-restart`).

@@ -130,3 +130,62 @@ fn tail(name: &str, top: bool) -> String {
     ));
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    fn read_gz(path: &Path) -> String {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    }
+
+    #[test]
+    fn dist_writes_every_page_and_completion_the_same_each_time() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        dist(a.path()).unwrap();
+        dist(b.path()).unwrap();
+        let pages = [
+            "reaplet",
+            "reaplet-run",
+            "reaplet-check",
+            "reaplet-pods",
+            "reaplet-drain",
+        ];
+        for page in pages
+            .iter()
+            .chain(&["reaplet-make-room", "reaplet-version"])
+        {
+            let name = format!("man/{page}.1.gz");
+            let (x, y) = (a.path().join(&name), b.path().join(&name));
+            assert_eq!(
+                std::fs::read(&x).unwrap(),
+                std::fs::read(&y).unwrap(),
+                "{name}"
+            );
+            let roff = read_gz(&x);
+            assert!(
+                roff.contains(&format!(".TH {page} 1")),
+                "{name}: {roff:.200}"
+            );
+            assert!(roff.contains(".SH SEE ALSO"), "{name}");
+        }
+        let run = read_gz(&a.path().join("man/reaplet-run.1.gz"));
+        for d in reaplet::config::flags::FLAG_DOCS {
+            let flag = format!("\\-\\-{}", d.flag.replace('-', "\\-"));
+            assert!(run.contains(&flag), "reaplet-run(1) lacks --{}", d.flag);
+        }
+        assert!(run.contains("Config file: rootDir."), "the file keys");
+        assert!(run.contains("REAPLET_ROOT_DIR"), "the environment");
+        assert!(run.contains(".SH EXIT STATUS"), "the exit codes");
+        for f in ["reaplet.bash", "_reaplet", "reaplet.fish"] {
+            let text = std::fs::read_to_string(a.path().join("completions").join(f)).unwrap();
+            assert!(text.contains("make-room"), "{f} completes the commands");
+            assert!(text.contains("root-dir"), "{f} completes the flags");
+        }
+    }
+}
