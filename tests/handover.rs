@@ -399,3 +399,70 @@ async fn beside_a_live_kubelet_reaplet_does_nothing_and_the_kubelet_ends_the_pod
     );
     n.assert_nothing_left(&uid(&p)).await;
 }
+
+/// The test bed itself: the kubelets of tests running side by side (the suite's two lanes)
+/// bind one device-plugin socket of the host, and a kubelet launched while another binds it
+/// fails to start its ContainerManager (seen in CI on 2026-12-06: "listen unix
+/// /var/lib/kubelet/device-plugins/kubelet.sock: bind: address already in use", no Node
+/// allocatable within 60 s). A kubelet is launched only under the host's start lock: while
+/// another process holds it (here `flock` for 10 s), no kubelet process is started; once it is
+/// released, the kubelet starts and reports the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
+    use common::k8s::kubelet::{Kubelet, START_LOCK};
+    use common::k8s::{Cluster, Options};
+    const HOLD: Duration = Duration::from_secs(10);
+    let tb = reaplet_testbed::Testbed::start(common::repo(), "kb-start-lock");
+    let cluster = Cluster::start(Options {
+        nodes: vec![common::kube_node::NODE.into()],
+    })
+    .await;
+    let ready = cluster.dir.path().join("lock-held");
+    let mut holder = std::process::Command::new("flock")
+        .arg(START_LOCK)
+        .arg("-c")
+        .arg(format!(
+            "touch {} && sleep {}",
+            ready.display(),
+            HOLD.as_secs()
+        ))
+        .spawn()
+        .expect("flock(1)");
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "flock(1) did not take {START_LOCK} within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = cluster.dir.path().join("kubelet/kubelet.log");
+    // the whole window the other process holds the lock: no kubelet (its log is created as
+    // it is started)
+    let window = async {
+        loop {
+            if holder.try_wait().expect("flock(1)").is_some() {
+                return Instant::now();
+            }
+            assert!(
+                !log.exists(),
+                "a kubelet was started {:?} into another process's hold of {START_LOCK}",
+                t0.elapsed()
+            );
+            assert!(
+                t0.elapsed() < HOLD * 3,
+                "flock(1) held the lock past {HOLD:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let endpoint = tb.endpoint();
+    let (kubelet, released) =
+        tokio::join!(Kubelet::start(&cluster, &endpoint, &tb.cgroup_root), window);
+    println!(
+        "start lock released {:?} after it was taken; the kubelet reported the Node {:?} after that",
+        released - t0,
+        released.elapsed()
+    );
+    assert!(kubelet.pid().is_some());
+}

@@ -7,6 +7,10 @@
 //! The kubelet rewrites some host sysctls (its kernel tunables); they are saved before it
 //! starts and restored when the [`Kubelet`] is dropped. Image garbage collection and eviction
 //! thresholds are off: the test images are imported locally and can never be pulled again.
+//!
+//! Every kubelet of the host binds one device-plugin socket whatever its root dir: the
+//! kubelets of tests running side by side start one at a time, under a host-wide lock
+//! ([`START_LOCK`]) held until the one starting has bound it.
 
 use super::Cluster;
 use super::proc::{Proc, free_port};
@@ -62,6 +66,51 @@ fn restore_tunables() {
     if g.0 == 0 {
         for (t, v) in &g.1 {
             let _ = std::fs::write(Path::new("/proc/sys").join(t), v);
+        }
+    }
+}
+
+/// Held by a test process while its kubelet starts, until that kubelet has bound its
+/// device-plugin registration socket: every kubelet of the host binds the same path,
+/// `/var/lib/kubelet/device-plugins/kubelet.sock`, whatever its `--root-dir`, and one
+/// starting beside another may find it taken ("bind: address already in use", then no
+/// ContainerManager and no allocatable).
+pub const START_LOCK: &str = "/run/reaplet-test-kubelet-start.lock";
+/// The socket [`START_LOCK`] guards.
+const DEVICE_PLUGIN_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
+/// How long a kubelet waits for the kubelets of other tests to start (each holds
+/// [`START_LOCK`] a few seconds).
+const START_LOCK_WAIT: Duration = Duration::from_secs(300);
+/// How long a started kubelet may take to bind [`DEVICE_PLUGIN_SOCKET`] on a loaded machine.
+const SOCKET_WAIT: Duration = Duration::from_secs(90);
+
+/// [`START_LOCK`], held until dropped (a `flock` on a file opened close-on-exec: the
+/// kubelet does not inherit it).
+struct StartLock {
+    _file: std::fs::File,
+}
+
+impl StartLock {
+    async fn acquire() -> StartLock {
+        use rustix::fs::{FlockOperation, flock};
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(START_LOCK)
+            .unwrap_or_else(|e| panic!("open {START_LOCK}: {e}"));
+        let t0 = Instant::now();
+        loop {
+            match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return StartLock { _file: f },
+                Err(rustix::io::Errno::WOULDBLOCK) => {}
+                Err(e) => panic!("flock {START_LOCK}: {e}"),
+            }
+            assert!(
+                t0.elapsed() < START_LOCK_WAIT,
+                "{START_LOCK} was held by another process for {START_LOCK_WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
@@ -153,7 +202,7 @@ resolvConf: ""
             args,
             proc: None,
         };
-        k.launch();
+        k.launch().await;
         k.wait_healthy().await;
         // pods are admitted against the Node's allocatable: wait until the kubelet wrote it
         let t0 = Instant::now();
@@ -174,13 +223,23 @@ resolvConf: ""
         k
     }
 
-    fn launch(&mut self) {
-        self.proc = Some(Proc::start(
-            "kubelet",
-            &super::bin("kubelet"),
-            &self.args,
-            &self.dir,
-        ));
+    /// Starts the process under [`START_LOCK`], held until it bound the device-plugin socket
+    /// (or exited, or [`SOCKET_WAIT`] passed: [`Self::wait_healthy`] tells what went wrong).
+    async fn launch(&mut self) {
+        let _lock = StartLock::acquire().await;
+        // a socket left by another kubelet (which never looks at it again): gone, so the one
+        // that appears is this kubelet's
+        let _ = std::fs::remove_file(DEVICE_PLUGIN_SOCKET);
+        let mut p = Proc::start("kubelet", &super::bin("kubelet"), &self.args, &self.dir);
+        let t0 = Instant::now();
+        while !Path::new(DEVICE_PLUGIN_SOCKET).exists() && p.exited().is_none() {
+            if t0.elapsed() > SOCKET_WAIT {
+                println!("the kubelet did not bind {DEVICE_PLUGIN_SOCKET} within {SOCKET_WAIT:?}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.proc = Some(p);
     }
 
     /// The flags that put reaplet on this kubelet's node: its config file, root dir and
@@ -265,7 +324,7 @@ resolvConf: ""
     /// Starts it again with the same configuration; waits for healthz.
     pub async fn restart(&mut self) {
         self.stop();
-        self.launch();
+        self.launch().await;
         self.wait_healthy().await;
     }
 
