@@ -70,7 +70,9 @@ step 1 "test bed packages" "containerd, runc, busybox-static, gcc (apt-get, only
     testbed/testbed.sh install
 step 2 "container images" "busybox and pause (built once, cached in ~/.cache/reaplet)" \
     quiet testbed/testbed.sh images
-step 3 "building reaplet" "cargo build --release (the first build takes a few minutes)" build
+step 3 "building reaplet" \
+    "cargo build --release --locked -p reaplet-testbed --bin reaplet-demo (the demo, which runs the agent from reaplet's library; the first build takes a few minutes)" \
+    build
 trap 'testbed/testbed.sh stop' EXIT
 step 4 "private containerd" \
     "containerd 2.x, starting it in $REAPLET_TESTBED_DIR (its first build from the Go module proxy takes about 10 min)" \

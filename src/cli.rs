@@ -55,7 +55,14 @@ pub enum Command {
 }
 
 /// The subcommands that take the agent's flags ([`Flags`]).
-const AGENT_COMMANDS: [&str; 2] = ["run", "check"];
+pub const AGENT_COMMANDS: [&str; 2] = ["run", "check"];
+
+/// The operator's commands (exit codes [`crate::drain::cli::CliError::exit_code`]).
+pub const OPERATOR_COMMANDS: [&str; 2] = ["drain", "make-room"];
+
+/// `reaplet help [COMMAND]`: the command's one screen, as its `-h` prints it (clap's own help
+/// command prints the long help, the man page's). Hidden: `--help` is the one advertised.
+const HELP: &str = "help";
 
 /// argv parsed (`args` starts with the program's name).
 pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -63,14 +70,40 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let mut matches = command().try_get_matches_from(args)?;
+    parse_with(command(), args)
+}
+
+/// [`parse_from`] with the definition `cmd` (a test's fixed terminal width).
+fn parse_with<I, T>(cmd: clap::Command, args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut matches = cmd.clone().try_get_matches_from(args)?;
+    if let Some((HELP, m)) = matches.subcommand() {
+        let mut argv = vec![std::ffi::OsString::from("reaplet")];
+        argv.extend(m.get_one::<String>("command").map(Into::into));
+        argv.push("--help".into());
+        // `--help` always ends the parse with the screen (an unknown command: clap's error)
+        return Err(cmd
+            .try_get_matches_from(argv)
+            .err()
+            .unwrap_or_else(|| clap::Error::new(clap::error::ErrorKind::DisplayHelp)));
+    }
     Cli::from_arg_matches_mut(&mut matches)
 }
 
 /// The whole command line: the derived definition with the flags' topics, the man page's long
 /// help (default, config file key) and one-screen help flags.
 pub fn command() -> clap::Command {
-    let mut cmd = short_help(Cli::command());
+    let help = clap::Command::new(HELP)
+        .about("Print a command's help")
+        .hide(true)
+        .arg(Arg::new("command").value_name("COMMAND"));
+    let mut cmd = short_help(Cli::command())
+        .disable_help_subcommand(true)
+        .subcommand(help)
+        .max_term_width(100);
     for name in AGENT_COMMANDS {
         cmd = cmd.mut_subcommand(name, with_flag_docs);
     }
@@ -94,7 +127,7 @@ fn short_help(cmd: clap::Command) -> clap::Command {
         .short('h')
         .long("help")
         .action(ArgAction::HelpShort)
-        .help("Print help (all of it: the man page)")
+        .help("Print help (every flag: the man page)")
         .global(false);
     let names: Vec<String> = cmd
         .get_subcommands()
@@ -124,8 +157,9 @@ fn with_flag_docs(mut cmd: clap::Command) -> clap::Command {
     let shown = FLAG_DOCS.iter().filter(|d| d.on_screen).count();
     let name = cmd.get_name().to_owned();
     cmd.after_help(format!(
-        "{shown} of {} flags shown; every flag is also REAPLET_<FLAG> in the environment and a \
-         key of the config file. All of them: man reaplet-{}, or docs/configure.md.",
+        "{shown} of {} flags shown; each is also REAPLET_<FLAG> in the environment, and all \
+         but --config a key of the config file. All of them: man reaplet-{}, or \
+         docs/configure.md.",
         FLAG_DOCS.len(),
         name
     ))
@@ -294,11 +328,11 @@ mod tests {
         }
     }
 
-    /// The help screens, measured as clap renders them without a terminal (100 columns).
-    fn help_of(args: &[&str]) -> String {
+    /// A help screen as clap renders it on a terminal `width` columns wide.
+    fn help_at(width: usize, args: &[&str]) -> String {
         let mut argv = vec!["reaplet"];
         argv.extend_from_slice(args);
-        match parse_from(&argv) {
+        match parse_with(command().term_width(width), &argv) {
             Ok(_) => panic!("{args:?} parsed"),
             Err(e) => {
                 assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
@@ -307,28 +341,50 @@ mod tests {
         }
     }
 
+    /// At the width clap caps it to (a wider terminal shows the same).
+    fn help_of(args: &[&str]) -> String {
+        help_at(100, args)
+    }
+
+    /// Every screen: `--help`, `-h` and `help COMMAND` print the same one, 40 lines at most
+    /// on a terminal of 100 columns (or wider), 55 on one of 80, never a line past the edge;
+    /// the width is the test's, not the terminal's it runs in.
     #[test]
-    fn every_help_screen_fits_40_lines_of_100_columns_and_both_flags_agree() {
+    fn every_help_screen_fits_a_terminal_and_all_three_ways_agree() {
         let cmd = command();
         let mut screens = vec![vec!["--help"]];
-        for s in cmd.get_subcommands() {
+        for s in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             screens.push(vec![s.get_name(), "--help"]);
         }
-        for args in screens {
-            let text = help_of(&args);
-            let lines = text.lines().count();
-            assert!(lines <= 40, "{args:?}: {lines} lines:\n{text}");
-            for l in text.lines() {
-                assert!(
-                    l.chars().count() <= 100,
-                    "{args:?}: a line of {} columns: {l}",
-                    l.len()
+        for (width, most) in [(100, 40), (80, 55)] {
+            for args in &screens {
+                let text = help_at(width, args);
+                let lines = text.lines().count();
+                assert!(lines <= most, "{args:?} at {width}: {lines} lines:\n{text}");
+                for l in text.lines() {
+                    assert!(
+                        l.chars().count() <= width,
+                        "{args:?}: a line of {} columns: {l}",
+                        l.chars().count()
+                    );
+                }
+                let mut short = args.clone();
+                *short.last_mut().unwrap() = "-h";
+                assert_eq!(
+                    help_at(width, &short),
+                    text,
+                    "{args:?}: -h and --help differ"
                 );
+                // `help run` is `run --help`; `help` alone is `--help`
+                let mut help = vec!["help"];
+                help.extend(&args[..args.len() - 1]);
+                assert_eq!(help_at(width, &help), text, "{help:?} and {args:?} differ");
             }
-            let mut short = args.clone();
-            *short.last_mut().unwrap() = "-h";
-            assert_eq!(help_of(&short), text, "{args:?}: -h and --help differ");
         }
+        let e = parse_from(["reaplet", "help", "no-such-command"])
+            .err()
+            .expect("an unknown command");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }
 
     #[test]
@@ -366,6 +422,47 @@ mod tests {
         let long = arg.get_long_help().unwrap().to_string();
         assert!(long.contains("Default: /var/lib/kubelet."), "{long}");
         assert!(long.contains("Config file: rootDir."), "{long}");
+    }
+
+    /// Every default the reference gives as a value ("2m (at least 1s)": the value before the
+    /// words) is the one the settings resolve to: the flag set to it gives the settings no
+    /// flag gives. A default in words ("detected from the runtime") is computed elsewhere.
+    #[test]
+    fn every_documented_default_is_the_resolved_one() {
+        let resolved = |args: &[String]| {
+            let mut argv = vec!["reaplet".to_owned(), "run".to_owned()];
+            argv.extend_from_slice(args);
+            let Command::Run(flags) = parse_from(&argv).unwrap().command else {
+                panic!("{argv:?} is no run")
+            };
+            crate::config::resolve(flags.raw()).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+        };
+        let mut checked = Vec::new();
+        for d in FLAG_DOCS {
+            let value = d.default.split(" (").next().unwrap_or_default();
+            if value.is_empty() || value.contains(' ') {
+                continue;
+            }
+            // the sampling rate is one of a tracing configuration: any of its fields turns
+            // tracing on (the kubelet's endpoint default), so both sides have an endpoint
+            let context: Vec<String> = match d.key.split_once('.') {
+                Some(("tracing", "samplingRatePerMillion")) => {
+                    vec!["--tracing-endpoint=http://127.0.0.1:4317".into()]
+                }
+                _ => Vec::new(),
+            };
+            let base = resolved(&context);
+            let mut args = context.clone();
+            args.push(format!("--{}={value}", d.flag));
+            assert_eq!(
+                resolved(&args),
+                base,
+                "--{}: the documented default {value:?} is not the default",
+                d.flag
+            );
+            checked.push(d.flag);
+        }
+        assert!(checked.len() >= 25, "only {checked:?}");
     }
 
     #[test]

@@ -72,8 +72,8 @@ fn parse_args() -> Cli {
             // the commands as the definition has them
             let names: Vec<String> = reaplet::cli::command()
                 .get_subcommands()
+                .filter(|c| !c.is_hide_set())
                 .map(|c| c.get_name().to_owned())
-                .filter(|n| n != "help")
                 .collect();
             exit_config(ConfigError {
                 field: "command",

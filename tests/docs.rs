@@ -219,6 +219,35 @@ fn the_configuration_guide_has_the_flag_reference_the_code_renders() {
     );
 }
 
+/// The guide's table of the kubelet's fields reaplet reads names exactly the fields it reads
+/// (`config::kubelet::HONOURED`): its first column, each field in backticks.
+#[test]
+fn the_kubelet_fields_table_names_every_field_read_and_no_other() {
+    let page = std::fs::read_to_string(root().join("docs/configure.md")).unwrap();
+    let table = page
+        .split("| kubelet field | reaplet setting | notes |")
+        .nth(1)
+        .expect("docs/configure.md has the kubelet fields table");
+    let mut named = Vec::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let first = row.split('|').nth(1).unwrap_or_default();
+        named.extend(first.split('`').skip(1).step_by(2).map(str::to_owned));
+    }
+    let read = reaplet::config::kubelet::HONOURED;
+    let missing: Vec<&&str> = read
+        .iter()
+        .filter(|f| !named.iter().any(|n| n == *f))
+        .collect();
+    let extra: Vec<&String> = named
+        .iter()
+        .filter(|n| !read.contains(&n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "read but not in the table: {missing:?}; in the table but not read: {extra:?}"
+    );
+}
+
 #[test]
 fn slugs_are_githubs() {
     assert_eq!(

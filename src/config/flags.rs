@@ -261,9 +261,11 @@ pub struct Flags {
     /// A set evictionHard gains the default thresholds it lacks.
     #[arg(long, env = "REAPLET_MERGE_DEFAULT_EVICTION_SETTINGS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     merge_default_eviction_settings: Option<String>,
-    /// The kubelet's node allocatable enforcement: pods or none.
+    /// The kubelet's node allocatable enforcement: pods, none, or a list.
     ///
-    /// pods: an allocatableMemory.available threshold beside each hard memory.available one.
+    /// The kubelet's values: none, pods, system-reserved, kube-reserved and their
+    /// -compressible forms. pods adds an allocatableMemory.available threshold beside each hard
+    /// memory.available one; the others are the kubelet's to enforce and change nothing here.
     #[arg(long, env = "REAPLET_ENFORCE_NODE_ALLOCATABLE", value_name = "LIST")]
     enforce_node_allocatable: Vec<String>,
 }
@@ -389,7 +391,7 @@ pub const FLAG_DOCS: &[FlagDoc] = {
         doc("metrics-bind-address", Observability, "metricsBindAddress", "127.0.0.1:10266", true),
         doc("log-format", Observability, "logFormat", "auto", true),
         doc("termination-timelines", Observability, "terminationTimelines", "100", false),
-        doc("tracing-endpoint", Observability, "tracing.endpoint", "none (no traces)", false),
+        doc("tracing-endpoint", Observability, "tracing.endpoint", "no traces", false),
         doc("tracing-sampling-rate-per-million", Observability, "tracing.samplingRatePerMillion", "0", false),
     ]
 };

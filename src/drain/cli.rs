@@ -8,9 +8,9 @@
 //!   the flag;
 //! * the credentials are the operator's, as kubectl finds them (`--kubeconfig`, else the first
 //!   file in `$KUBECONFIG`, else `~/.kube/config`), never the node's;
-//! * Ctrl-C stops issuing evictions (drain leaves the node cordoned, and says so) ([`EXIT_INTERRUPTED`], the
-//!   pods still there named); any other failure exits 1, a pod the room is for that admission
-//!   would refuse exits [`EXIT_USAGE`];
+//! * Ctrl-C stops issuing evictions (drain leaves the node cordoned, and says so)
+//!   ([`EXIT_INTERRUPTED`], the pods still there named); any other failure exits 1, a pod the
+//!   room is for that admission would refuse exits [`EXIT_USAGE`];
 //! * the output is `table` (live, the default on a terminal), `plain` or `json`, on the writer
 //!   given; messages are the caller's to print.
 

@@ -28,6 +28,8 @@ const WANTS: &str = "/etc/systemd/system/multi-user.target.wants/reaplet.service
 const DSH_STATE: &str = "/var/lib/systemd/deb-systemd-helper-enabled/reaplet.service.dsh-also";
 /// The upper bound of one dpkg run (an upgrade waits for the restarted reaplet's READY).
 const DPKG_LIMIT: &str = "180";
+/// The standby's marker in the kubelet's default root dir, which the purge removes too.
+const MARKER: &str = "/var/lib/kubelet/reaplet-active.json";
 /// Where nothing named after reaplet may be left after the purge.
 const SEARCHED: [&str; 9] = [
     "/etc",
@@ -161,6 +163,7 @@ fn installed_docs() -> R<String> {
         "reaplet-pods",
         "reaplet-drain",
         "reaplet-make-room",
+        "reaplet-version",
     ];
     for page in pages {
         let path = format!("/usr/share/man/man1/{page}.1.gz");
@@ -198,7 +201,7 @@ fn installed_docs() -> R<String> {
         "/usr/share/zsh/vendor-completions/_reaplet",
         "/usr/share/fish/vendor_completions.d/reaplet.fish",
         "/usr/share/doc/reaplet/README.Debian",
-        "/usr/share/doc/reaplet/NEWS.gz",
+        "/usr/share/doc/reaplet/NEWS.Debian.gz",
         "/usr/share/doc/reaplet/changelog.Debian.gz",
     ] {
         ensure(Path::new(f).exists(), || format!("{f} not installed"))?;
@@ -310,7 +313,7 @@ pub(super) async fn install_upgrade_purge(g: &Guest, inp: &Path) -> R<String> {
          operator's config kept (no prompt) and reaplet restarted into the new binary \
          (pid {pids}); the pod's container {} ran through the upgrade untouched; purge removed \
          the {removed} paths the package listed (its own directories among them), /etc/reaplet, \
-         {WANTS} and deb-systemd-helper's state: nothing named reaplet left in {}",
+         {WANTS}, deb-systemd-helper's state and {MARKER}: nothing named reaplet left in {}",
         &cid[..12.min(cid.len())],
         SEARCHED.join(", ")
     ))
@@ -406,6 +409,11 @@ async fn upgrade_and_purge(
             format!("{made} missing before the purge")
         })?;
     }
+    // as a standby that acted in this boot leaves it (its name is the module's)
+    ensure(MARKER.ends_with(reaplet::standby::marker::FILE), || {
+        format!("{MARKER} is not the marker's name")
+    })?;
+    std::fs::write(MARKER, b"{}").map_err(|e| format!("{MARKER}: {e}"))?;
     dpkg(&["--purge", "reaplet"])?;
     let status = query(
         "dpkg-query",
@@ -433,6 +441,9 @@ async fn upgrade_and_purge(
     }
     ensure(named.is_empty(), || {
         format!("the purge left these behind: {named:?}")
+    })?;
+    ensure(!Path::new(MARKER).exists(), || {
+        format!("the purge left the standby's marker {MARKER}")
     })?;
     Ok((format!("{pid0} -> {pid}"), cid, owned.len()))
 }

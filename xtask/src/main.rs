@@ -2,12 +2,15 @@
 //! from reaplet's command-line definition ([`reaplet::cli::man_command`]) at package build time:
 //!
 //! * `DIR/man/reaplet.1.gz` and `DIR/man/reaplet-<command>.1.gz` for each command (roff,
-//!   gzipped as Debian's policy wants them: cargo-deb leaves files under `target/release` alone): every flag with its default, config file key and environment variable,
-//!   by topic, then the exit codes, files and where the guide is;
-//! * `DIR/completions/reaplet.bash`, `_reaplet` (zsh) and `reaplet.fish`.
+//!   gzipped as Debian's policy wants them: cargo-deb leaves files under `target/release`
+//!   alone): every flag with its default, config file key and environment variable, by topic,
+//!   then the exit codes, files and where the guide is;
+//! * `DIR/completions/reaplet.bash`, `_reaplet` (zsh) and `reaplet.fish`;
+//! * `DIR/NEWS.Debian.gz`, `debian/NEWS` gzipped under the name apt-listchanges reads.
 //!
-//! Invariants: it only writes below DIR; the same definition gives the same files (no date,
-//! no host name in them), so a package build is reproducible.
+//! Invariants: it only writes below DIR, and leaves in `DIR/man` and `DIR/completions` only what
+//! this definition makes (a page of a removed command is gone); the same definition gives the
+//! same files (no date, no host name in them), so a package build is reproducible.
 
 use clap_complete::Shell;
 use std::io::Write as _;
@@ -31,9 +34,13 @@ fn main() {
 fn dist(dir: &Path) -> std::io::Result<()> {
     let man = dir.join("man");
     let completions = dir.join("completions");
-    std::fs::create_dir_all(&man)?;
-    std::fs::create_dir_all(&completions)?;
-    let mut cmd = reaplet::cli::man_command().disable_help_subcommand(true);
+    for d in [&man, &completions] {
+        match std::fs::remove_dir_all(d) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => std::fs::create_dir_all(d)?,
+        }
+    }
+    let mut cmd = reaplet::cli::man_command();
     cmd.build();
     let mut pages = vec![man_page(&cmd, &man, true)?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
@@ -44,10 +51,26 @@ fn dist(dir: &Path) -> std::io::Result<()> {
         let path = clap_complete::generate_to(shell, &mut c, "reaplet", &completions)?;
         pages.push(path);
     }
+    pages.push(gzip(
+        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../debian/NEWS"))?,
+        &dir.join("NEWS.Debian.gz"),
+    )?);
     for p in pages {
         println!("{}", p.display());
     }
     Ok(())
+}
+
+/// `data` gzipped into `path`, with no name and no time in the header (`gzip -n`): the same
+/// data, the same bytes.
+fn gzip(data: &[u8], path: &Path) -> std::io::Result<PathBuf> {
+    let f = std::fs::File::create(path)?;
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(f, flate2::Compression::best());
+    gz.write_all(data)?;
+    gz.finish()?.sync_all()?;
+    Ok(path.to_owned())
 }
 
 /// One man page: clap_mangen's sections, then the ones a daemon's page carries.
@@ -76,15 +99,8 @@ fn man_page(cmd: &clap::Command, dir: &Path, top: bool) -> std::io::Result<PathB
     if cmd.has_subcommands() {
         man.render_subcommands_section(&mut out)?;
     }
-    out.extend_from_slice(tail(cmd.get_name(), top).as_bytes());
-    // no name and no time in the header (gzip -n): the same page, the same bytes
-    let f = std::fs::File::create(&path)?;
-    let mut gz = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(f, flate2::Compression::best());
-    gz.write_all(&out)?;
-    gz.finish()?.sync_all()?;
-    Ok(path)
+    out.extend_from_slice(tail(cmd, top).as_bytes());
+    gzip(&out, &path)
 }
 
 /// reaplet's version, as `reaplet --version` prints it.
@@ -97,8 +113,8 @@ fn reaplet_version() -> String {
 
 /// The sections after the options: the environment, exit codes and files of the agent's
 /// commands, and where to read on.
-fn tail(name: &str, top: bool) -> String {
-    let agent = top || matches!(name, "reaplet-run" | "reaplet-check" | "run" | "check");
+fn tail(cmd: &clap::Command, top: bool) -> String {
+    let agent = top || reaplet::cli::AGENT_COMMANDS.contains(&cmd.get_name());
     let mut s = String::new();
     if agent {
         s.push_str(concat!(
@@ -122,10 +138,25 @@ fn tail(name: &str, top: bool) -> String {
             "the guide (README.Debian first), the example configuration, RBAC and DaemonSet\n",
         ));
     }
+    if reaplet::cli::OPERATOR_COMMANDS.contains(&cmd.get_name()) {
+        s.push_str(&format!(
+            concat!(
+                ".SH EXIT STATUS\n",
+                ".TP\n0\ndone\n",
+                ".TP\n1\na failure: the API server, a timeout, an eviction refused to the end\n",
+                ".TP\n{usage}\na wrong flag, kubeconfig or pod manifest, or a pod that admission \
+                 would refuse\n",
+                ".TP\n{interrupted}\ninterrupted (Ctrl\\-C): no more evictions; the pods left are named\n",
+            ),
+            usage = reaplet::drain::cli::EXIT_USAGE,
+            interrupted = reaplet::drain::cli::EXIT_INTERRUPTED,
+        ));
+    }
     s.push_str(concat!(
         ".SH SEE ALSO\n",
         "\\fBreaplet\\fR(1), \\fBreaplet\\-run\\fR(1), \\fBreaplet\\-check\\fR(1),\n",
         "\\fBreaplet\\-pods\\fR(1), \\fBreaplet\\-drain\\fR(1), \\fBreaplet\\-make\\-room\\fR(1),\n",
+        "\\fBreaplet\\-version\\fR(1),\n",
         "\\fBsystemctl\\fR(1), \\fBjournalctl\\fR(1); the guide in /usr/share/doc/reaplet/\n",
     ));
     s
@@ -182,6 +213,19 @@ mod tests {
         assert!(run.contains("Config file: rootDir."), "the file keys");
         assert!(run.contains("REAPLET_ROOT_DIR"), "the environment");
         assert!(run.contains(".SH EXIT STATUS"), "the exit codes");
+        let drain = read_gz(&a.path().join("man/reaplet-drain.1.gz"));
+        assert!(drain.contains("\n130\ninterrupted"), "drain's exit codes");
+        assert!(!read_gz(&a.path().join("man/reaplet-pods.1.gz")).contains(".SH EXIT STATUS"));
+        assert!(
+            !a.path().join("man/reaplet-help.1.gz").exists(),
+            "help is hidden"
+        );
+        // a page of a command no longer defined is gone
+        std::fs::write(a.path().join("man/reaplet-gone.1.gz"), b"").unwrap();
+        dist(a.path()).unwrap();
+        assert!(!a.path().join("man/reaplet-gone.1.gz").exists());
+        let news = read_gz(&a.path().join("NEWS.Debian.gz"));
+        assert!(news.starts_with("reaplet ("), "{news:.100}");
         for f in ["reaplet.bash", "_reaplet", "reaplet.fish"] {
             let text = std::fs::read_to_string(a.path().join("completions").join(f)).unwrap();
             assert!(text.contains("make-room"), "{f} completes the commands");
