@@ -293,8 +293,50 @@ mod tests {
         assert!(extra.is_empty(), "FlagDocs without a flag: {extra:?}");
     }
 
+    /// Each flag and its file key set the same setting: the flag given a value, and the key
+    /// given it in reaplet's file, read to the same settings layer (the documented default is
+    /// the value: one every flag with a value default accepts).
     #[test]
-    fn every_file_key_is_a_key_of_the_file_and_the_flag_is_its_name() {
+    fn a_flag_and_its_file_key_set_the_same_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let mut checked = 0;
+        for d in FLAG_DOCS.iter().filter(|d| !d.key.is_empty()) {
+            let value = d.default.split(" (").next().unwrap_or_default();
+            if value.is_empty() || value.contains(' ') {
+                continue;
+            }
+            let argv = [
+                "reaplet".to_owned(),
+                "run".to_owned(),
+                format!("--{}={value}", d.flag),
+            ];
+            let Command::Run(flags) = parse_from(&argv).unwrap().command else {
+                panic!("{argv:?} is no run")
+            };
+            let entry = match d.key.split_once('.') {
+                Some((outer, inner)) => format!("{outer}:\n  {inner}: {value:?}\n"),
+                None => format!("{}: {value:?}\n", d.key),
+            };
+            std::fs::write(
+                &path,
+                format!(
+                    "apiVersion: {}\nkind: {}\n{entry}",
+                    crate::config::REAPLET_API_VERSION,
+                    crate::config::REAPLET_KIND
+                ),
+            )
+            .unwrap();
+            let file = crate::config::RawSettings::from_file(&path)
+                .unwrap_or_else(|e| panic!("{entry}: {e}"));
+            assert_eq!(flags.raw(), file, "--{} and {entry}", d.flag);
+            checked += 1;
+        }
+        assert!(checked >= 25, "only {checked}");
+    }
+
+    #[test]
+    fn every_file_key_is_a_key_of_the_file() {
         use crate::config::FIELDS;
         for d in FLAG_DOCS.iter().filter(|d| !d.key.is_empty()) {
             assert!(
@@ -304,7 +346,7 @@ mod tests {
                 d.key
             );
         }
-        // every key but the list and the kubelet's file reference has its flag
+        // every key but the list has its flag
         let keyed: Vec<&str> = FLAG_DOCS.iter().map(|d| d.key).collect();
         let flagless = ["shutdownGracePeriodByPodPriority"];
         for k in FIELDS {
