@@ -144,8 +144,9 @@ pub struct Operator {
     pub cancel: CancellationToken,
 }
 
-/// The operator's API client: `--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`.
-pub async fn operator_client(op: &OperatorArgs) -> Result<kube::Client, String> {
+/// The operator's API client: `--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config` (a
+/// problem with any is a [`CliError::Usage`]: nothing was asked yet).
+pub async fn operator_client(op: &OperatorArgs) -> Result<kube::Client, CliError> {
     let path = op
         .kubeconfig
         .clone()
@@ -159,15 +160,19 @@ pub async fn operator_client(op: &OperatorArgs) -> Result<kube::Client, String> 
                 .map(|h| PathBuf::from(h).join(".kube/config"))
                 .filter(|p| p.exists())
         })
-        .ok_or("no kubeconfig: give --kubeconfig, set $KUBECONFIG or write ~/.kube/config")?;
+        .ok_or_else(|| {
+            CliError::Usage(
+                "no kubeconfig: give --kubeconfig, set $KUBECONFIG or write ~/.kube/config".into(),
+            )
+        })?;
     let cfg = crate::api::client_config(Some(&path))
         .await
         .map_err(|e| match e {
             // it names the file already
-            e @ crate::api::ApiError::Kubeconfig { .. } => e.to_string(),
-            e => format!("kubeconfig {}: {e}", path.display()),
+            e @ crate::api::ApiError::Kubeconfig { .. } => CliError::Usage(e.to_string()),
+            e => CliError::Usage(format!("kubeconfig {}: {e}", path.display())),
         })?;
-    crate::api::client::client(cfg).map_err(|e| format!("API client: {e}"))
+    crate::api::client::client(cfg).map_err(|e| CliError::Usage(format!("API client: {e}")))
 }
 
 /// Common set-up of the operator commands: the output, `--timeout`, the node, the client, and
@@ -195,7 +200,7 @@ pub async fn operator_setup(op: &OperatorArgs) -> Result<Operator, CliError> {
         Some(n) => n,
         None => crate::agent::start::host_name().unwrap_or_default(),
     };
-    let client = operator_client(op).await.map_err(CliError::Usage)?;
+    let client = operator_client(op).await?;
     let cancel = CancellationToken::new();
     let c = cancel.clone();
     tokio::spawn(async move {
@@ -309,7 +314,8 @@ mod tests {
         let e = operator_client(&op)
             .await
             .err()
-            .expect("no such kubeconfig");
+            .expect("no such kubeconfig")
+            .to_string();
         // (kube's own message names the file once more, in its words)
         assert_eq!(
             e.matches("kubeconfig /nonexistent/kubeconfig:").count(),
