@@ -146,7 +146,9 @@ step 11 "clippy (production)" "the binary and library without features, warnings
 # The test binaries run in lanes side by side: most of their time is waiting (grace periods,
 # the real components' own periods), and one after another they took 35 min of CI's 90 on 2
 # cores. Every test bed, port and temporary directory is per test (a test bed's name is locked
-# while it runs), so binaries do not meet. Lanes are filled longest first from the durations
+# while it runs), so binaries do not meet; the one thing every real kubelet of the host shares,
+# its device-plugin socket, is taken under a lock while a kubelet starts
+# (tests/common/kube/kubelet.rs). Lanes are filled longest first from the durations
 # below (seconds, a cold CI run on 2 cores; a binary not listed counts 60 s). Run alone
 # afterwards, one after another: the short binaries whose bounds are half a second on a
 # restart or a burst (api, pipeline, shutdown, container_events: in a lane, under the other

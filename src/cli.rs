@@ -100,9 +100,13 @@ pub fn command() -> clap::Command {
         .about("Print a command's help")
         .hide(true)
         .arg(Arg::new("command").value_name("COMMAND"));
+    documented().subcommand(help)
+}
+
+/// The commands as documented: [`command`] without the hidden `help`.
+fn documented() -> clap::Command {
     let mut cmd = short_help(Cli::command())
         .disable_help_subcommand(true)
-        .subcommand(help)
         .max_term_width(100);
     for name in AGENT_COMMANDS {
         cmd = cmd.mut_subcommand(name, with_flag_docs);
@@ -110,10 +114,10 @@ pub fn command() -> clap::Command {
     cmd
 }
 
-/// [`command`] as the man pages and completions are made from it: each agent flag names its
-/// environment variable too.
+/// The commands as the man pages and completions are made from them (no hidden `help`, which
+/// the completions would offer): each agent flag names its environment variable too.
 pub fn man_command() -> clap::Command {
-    let mut cmd = command();
+    let mut cmd = documented();
     for name in AGENT_COMMANDS {
         cmd = cmd.mut_subcommand(name, |c| c.mut_args(|a| a.hide_env(false)));
     }
@@ -487,9 +491,13 @@ mod tests {
             }
             // the sampling rate is one of a tracing configuration: any of its fields turns
             // tracing on (the kubelet's endpoint default), so both sides have an endpoint
+            // (and merging the kubelet's defaults matters only beside an evictionHard given)
             let context: Vec<String> = match d.key.split_once('.') {
                 Some(("tracing", "samplingRatePerMillion")) => {
                     vec!["--tracing-endpoint=http://127.0.0.1:4317".into()]
+                }
+                _ if d.flag == "merge-default-eviction-settings" => {
+                    vec!["--eviction-hard=memory.available<50Mi".into()]
                 }
                 _ => Vec::new(),
             };

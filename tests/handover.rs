@@ -406,10 +406,11 @@ async fn beside_a_live_kubelet_reaplet_does_nothing_and_the_kubelet_ends_the_pod
 /// /var/lib/kubelet/device-plugins/kubelet.sock: bind: address already in use", no Node
 /// allocatable within 60 s). A kubelet is launched only under the host's start lock: while
 /// another process holds it (here `flock` for 10 s), no kubelet process is started; once it is
-/// released, the kubelet starts and reports the Node.
+/// released, the kubelet starts, keeps the lock until it has bound the socket, and reports the
+/// Node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
-    use common::k8s::kubelet::{Kubelet, START_LOCK};
+    use common::k8s::kubelet::{DEVICE_PLUGIN_SOCKET, Kubelet, START_LOCK, START_LOCK_WAIT};
     use common::k8s::{Cluster, Options};
     const HOLD: Duration = Duration::from_secs(10);
     let tb = reaplet_testbed::Testbed::start(common::repo(), "kb-start-lock");
@@ -428,21 +429,29 @@ async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
         ))
         .spawn()
         .expect("flock(1)");
-    let t0 = Instant::now();
+    let asked = Instant::now();
+    // behind another test's kubelet start, if one holds it
     while !ready.exists() {
         assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "flock(1) did not take {START_LOCK} within 30 s"
+            asked.elapsed() < START_LOCK_WAIT,
+            "flock(1) did not take {START_LOCK} within {START_LOCK_WAIT:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let t0 = Instant::now();
     let log = cluster.dir.path().join("kubelet/kubelet.log");
-    // the whole window the other process holds the lock: no kubelet (its log is created as
-    // it is started)
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(START_LOCK)
+        .unwrap();
     let window = async {
-        loop {
+        // the whole window the other process holds the lock: no kubelet (its log is created
+        // as it is started)
+        let released = loop {
             if holder.try_wait().expect("flock(1)").is_some() {
-                return Instant::now();
+                break Instant::now();
             }
             assert!(
                 !log.exists(),
@@ -454,6 +463,28 @@ async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
                 "flock(1) held the lock past {HOLD:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // once this kubelet is started, the lock is free again only when it bound its socket
+        // (a kubelet of another test may take it in between: then when that one bound its own)
+        loop {
+            assert!(
+                released.elapsed() < START_LOCK_WAIT,
+                "{START_LOCK} not free within {START_LOCK_WAIT:?} of the kubelet's start"
+            );
+            if log.exists() {
+                use rustix::fs::{FlockOperation, flock};
+                if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                    let bound = std::path::Path::new(DEVICE_PLUGIN_SOCKET).exists();
+                    flock(&lock, FlockOperation::Unlock).unwrap();
+                    assert!(
+                        bound,
+                        "{START_LOCK} was free {:?} after the kubelet started, {DEVICE_PLUGIN_SOCKET} unbound",
+                        released.elapsed()
+                    );
+                    break released;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
     let endpoint = tb.endpoint();

@@ -144,8 +144,8 @@ fn tail(cmd: &clap::Command, top: bool) -> String {
                 ".SH EXIT STATUS\n",
                 ".TP\n0\ndone\n",
                 ".TP\n1\na failure: the API server, a timeout, an eviction refused to the end\n",
-                ".TP\n{usage}\na wrong flag, kubeconfig or pod manifest, or a pod that admission \
-                 would refuse\n",
+                ".TP\n{usage}\na wrong flag or kubeconfig (make\\-room: also a wrong pod manifest, \
+                 or a pod admission would refuse)\n",
                 ".TP\n{interrupted}\ninterrupted (Ctrl\\-C): no more evictions; the pods left are named\n",
             ),
             usage = reaplet::drain::cli::EXIT_USAGE,

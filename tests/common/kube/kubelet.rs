@@ -77,10 +77,10 @@ fn restore_tunables() {
 /// ContainerManager and no allocatable).
 pub const START_LOCK: &str = "/run/reaplet-test-kubelet-start.lock";
 /// The socket [`START_LOCK`] guards.
-const DEVICE_PLUGIN_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
+pub const DEVICE_PLUGIN_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
 /// How long a kubelet waits for the kubelets of other tests to start (each holds
 /// [`START_LOCK`] a few seconds).
-const START_LOCK_WAIT: Duration = Duration::from_secs(300);
+pub const START_LOCK_WAIT: Duration = Duration::from_secs(300);
 /// How long a started kubelet may take to bind [`DEVICE_PLUGIN_SOCKET`] on a loaded machine.
 const SOCKET_WAIT: Duration = Duration::from_secs(90);
 
@@ -91,6 +91,8 @@ struct StartLock {
 }
 
 impl StartLock {
+    /// Waits for the lock (a wait over a second is printed: a test's timed window around a
+    /// kubelet restart includes it).
     async fn acquire() -> StartLock {
         use rustix::fs::{FlockOperation, flock};
         let f = std::fs::OpenOptions::new()
@@ -102,7 +104,15 @@ impl StartLock {
         let t0 = Instant::now();
         loop {
             match flock(&f, FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => return StartLock { _file: f },
+                Ok(()) => {
+                    if t0.elapsed() > Duration::from_secs(1) {
+                        println!(
+                            "kubelet: waited {:?} for {START_LOCK} (another kubelet starting)",
+                            t0.elapsed()
+                        );
+                    }
+                    return StartLock { _file: f };
+                }
                 Err(rustix::io::Errno::WOULDBLOCK) => {}
                 Err(e) => panic!("flock {START_LOCK}: {e}"),
             }
