@@ -79,14 +79,15 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let mut matches = cmd.clone().try_get_matches_from(args)?;
+    let mut cmd = cmd;
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
     if let Some((HELP, m)) = matches.subcommand() {
         let mut argv = vec![std::ffi::OsString::from("reaplet")];
         argv.extend(m.get_one::<String>("command").map(Into::into));
         argv.push("--help".into());
         // `--help` always ends the parse with the screen (an unknown command: clap's error)
         return Err(cmd
-            .try_get_matches_from(argv)
+            .try_get_matches_from_mut(argv)
             .err()
             .unwrap_or_else(|| clap::Error::new(clap::error::ErrorKind::DisplayHelp)));
     }
@@ -297,6 +298,23 @@ mod tests {
         assert!(extra.is_empty(), "FlagDocs without a flag: {extra:?}");
     }
 
+    /// The flags `reaplet run ARGS` parses to.
+    fn run_flags(args: &[String]) -> Flags {
+        let mut argv = vec!["reaplet".to_owned(), "run".to_owned()];
+        argv.extend_from_slice(args);
+        match parse_from(&argv).unwrap().command {
+            Command::Run(flags) => flags,
+            _ => panic!("{argv:?} is no run"),
+        }
+    }
+
+    /// The flag's documented default when it is a value ("2m (at least 1s)": the value before
+    /// the words); none when it is words ("detected from the runtime": computed elsewhere).
+    fn value_default(d: &FlagDoc) -> Option<&'static str> {
+        let value = d.default.split(" (").next().unwrap_or_default();
+        (!value.is_empty() && !value.contains(' ')).then_some(value)
+    }
+
     /// Each flag and its file key set the same setting: the flag given a value, and the key
     /// given it in reaplet's file, read to the same settings layer (the documented default is
     /// the value: one every flag with a value default accepts).
@@ -306,18 +324,10 @@ mod tests {
         let path = dir.path().join("config.yaml");
         let mut checked = 0;
         for d in FLAG_DOCS.iter().filter(|d| !d.key.is_empty()) {
-            let value = d.default.split(" (").next().unwrap_or_default();
-            if value.is_empty() || value.contains(' ') {
+            let Some(value) = value_default(d) else {
                 continue;
-            }
-            let argv = [
-                "reaplet".to_owned(),
-                "run".to_owned(),
-                format!("--{}={value}", d.flag),
-            ];
-            let Command::Run(flags) = parse_from(&argv).unwrap().command else {
-                panic!("{argv:?} is no run")
             };
+            let flags = run_flags(&[format!("--{}={value}", d.flag)]);
             let entry = match d.key.split_once('.') {
                 Some((outer, inner)) => format!("{outer}:\n  {inner}: {value:?}\n"),
                 None => format!("{}: {value:?}\n", d.key),
@@ -476,19 +486,14 @@ mod tests {
     #[test]
     fn every_documented_default_is_the_resolved_one() {
         let resolved = |args: &[String]| {
-            let mut argv = vec!["reaplet".to_owned(), "run".to_owned()];
-            argv.extend_from_slice(args);
-            let Command::Run(flags) = parse_from(&argv).unwrap().command else {
-                panic!("{argv:?} is no run")
-            };
-            crate::config::resolve(flags.raw()).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+            crate::config::resolve(run_flags(args).raw())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
         };
         let mut checked = Vec::new();
         for d in FLAG_DOCS {
-            let value = d.default.split(" (").next().unwrap_or_default();
-            if value.is_empty() || value.contains(' ') {
+            let Some(value) = value_default(d) else {
                 continue;
-            }
+            };
             // the sampling rate is one of a tracing configuration: any of its fields turns
             // tracing on (the kubelet's endpoint default), so both sides have an endpoint
             // (and merging the kubelet's defaults matters only beside an evictionHard given)

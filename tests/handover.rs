@@ -410,7 +410,9 @@ async fn beside_a_live_kubelet_reaplet_does_nothing_and_the_kubelet_ends_the_pod
 /// Node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
-    use common::k8s::kubelet::{DEVICE_PLUGIN_SOCKET, Kubelet, START_LOCK, START_LOCK_WAIT};
+    use common::k8s::kubelet::{
+        DEVICE_PLUGIN_SOCKET, Kubelet, START_LOCK, START_LOCK_WAIT, StartLock,
+    };
     use common::k8s::{Cluster, Options};
     const HOLD: Duration = Duration::from_secs(10);
     let tb = reaplet_testbed::Testbed::start(common::repo(), "kb-start-lock");
@@ -440,12 +442,6 @@ async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
     }
     let t0 = Instant::now();
     let log = cluster.dir.path().join("kubelet/kubelet.log");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(START_LOCK)
-        .unwrap();
     let window = async {
         // the whole window the other process holds the lock: no kubelet (its log is created
         // as it is started)
@@ -471,18 +467,17 @@ async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
                 released.elapsed() < START_LOCK_WAIT,
                 "{START_LOCK} not free within {START_LOCK_WAIT:?} of the kubelet's start"
             );
-            if log.exists() {
-                use rustix::fs::{FlockOperation, flock};
-                if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok() {
-                    let bound = std::path::Path::new(DEVICE_PLUGIN_SOCKET).exists();
-                    flock(&lock, FlockOperation::Unlock).unwrap();
-                    assert!(
-                        bound,
-                        "{START_LOCK} was free {:?} after the kubelet started, {DEVICE_PLUGIN_SOCKET} unbound",
-                        released.elapsed()
-                    );
-                    break released;
-                }
+            if log.exists()
+                && let Some(held) = StartLock::try_take()
+            {
+                let bound = std::path::Path::new(DEVICE_PLUGIN_SOCKET).exists();
+                drop(held);
+                assert!(
+                    bound,
+                    "{START_LOCK} was free {:?} after the kubelet started, {DEVICE_PLUGIN_SOCKET} unbound",
+                    released.elapsed()
+                );
+                break released;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

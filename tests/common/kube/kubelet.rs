@@ -86,14 +86,13 @@ const SOCKET_WAIT: Duration = Duration::from_secs(90);
 
 /// [`START_LOCK`], held until dropped (a `flock` on a file opened close-on-exec: the
 /// kubelet does not inherit it).
-struct StartLock {
+pub struct StartLock {
     _file: std::fs::File,
 }
 
 impl StartLock {
-    /// Waits for the lock (a wait over a second is printed: a test's timed window around a
-    /// kubelet restart includes it).
-    async fn acquire() -> StartLock {
+    /// The lock if no other holder has it now.
+    pub fn try_take() -> Option<StartLock> {
         use rustix::fs::{FlockOperation, flock};
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -101,20 +100,26 @@ impl StartLock {
             .write(true)
             .open(START_LOCK)
             .unwrap_or_else(|e| panic!("open {START_LOCK}: {e}"));
+        match flock(&f, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Some(StartLock { _file: f }),
+            Err(rustix::io::Errno::WOULDBLOCK) => None,
+            Err(e) => panic!("flock {START_LOCK}: {e}"),
+        }
+    }
+
+    /// Waits for the lock (a wait over a second is printed: a test's timed window around a
+    /// kubelet restart includes it).
+    async fn acquire() -> StartLock {
         let t0 = Instant::now();
         loop {
-            match flock(&f, FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => {
-                    if t0.elapsed() > Duration::from_secs(1) {
-                        println!(
-                            "kubelet: waited {:?} for {START_LOCK} (another kubelet starting)",
-                            t0.elapsed()
-                        );
-                    }
-                    return StartLock { _file: f };
+            if let Some(lock) = Self::try_take() {
+                if t0.elapsed() > Duration::from_secs(1) {
+                    println!(
+                        "kubelet: waited {:?} for {START_LOCK} (another kubelet starting)",
+                        t0.elapsed()
+                    );
                 }
-                Err(rustix::io::Errno::WOULDBLOCK) => {}
-                Err(e) => panic!("flock {START_LOCK}: {e}"),
+                return lock;
             }
             assert!(
                 t0.elapsed() < START_LOCK_WAIT,
