@@ -431,15 +431,13 @@ async fn a_kubelet_is_launched_only_under_the_hosts_start_lock() {
         ))
         .spawn()
         .expect("flock(1)");
-    let asked = Instant::now();
     // behind another test's kubelet start, if one holds it
-    while !ready.exists() {
-        assert!(
-            asked.elapsed() < START_LOCK_WAIT,
-            "flock(1) did not take {START_LOCK} within {START_LOCK_WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait_exists(
+        &ready,
+        START_LOCK_WAIT,
+        &format!("{START_LOCK} taken by flock(1)"),
+    )
+    .await;
     let t0 = Instant::now();
     let log = cluster.dir.path().join("kubelet/kubelet.log");
     let window = async {

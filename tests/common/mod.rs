@@ -302,6 +302,15 @@ pub async fn wait_watches(api: &apiserver::ApiServer, seen: usize) {
     }
 }
 
+/// Waits (polling every 20 ms) until `path` exists; fails after `limit` naming `what`.
+pub async fn wait_exists(path: &Path, limit: Duration, what: &str) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < limit, "no {what} after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (polling every 20 ms) until none of `names` is in the API; returns how long that took.
 /// Fails after `limit`, with the pods left and `context()` (a log tail, say).
 pub async fn wait_pods_gone(
