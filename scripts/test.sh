@@ -307,11 +307,13 @@ summarise() {
         /^thread .* panicked at / {
             t = $0; sub(/^thread \047/, "", t); sub(/\047.*$/, "", t)
             at = $0; sub(/^.*panicked at /, "", at)
-            pkey = cur SUBSEP t; why[pkey] = "panicked at " at; more = 60; next
+            pkey = cur SUBSEP t; why[pkey] = "panicked at " at; more = 60
+            a = at; sub(/:$/, "", a); short[pkey] = t " (" a ")"; headline = 1; next
         }
         more > 0 {
             if ($0 ~ /^(note: |stack backtrace:|$)/) { more = 0; next }
             m = $0; if (length(m) > 300) m = substr(m, 1, 300) "..."
+            if (headline) { h = m; if (length(h) > 160) h = substr(h, 1, 160) "..."; short[pkey] = short[pkey] ": " h; headline = 0 }
             why[pkey] = why[pkey] "\n" me ":             " m; more--; next
         }
         END {
@@ -332,6 +334,12 @@ summarise() {
                 }
                 else printf "%s:       no test reported FAILED: the binary itself failed %s\n", me, \
                     (b in status) ? status[b] : "(crash or timeout; see the log)"
+            }
+            # in short, last: each failed test with where and why, in the few lines CI shows
+            for (i = 1; i <= nbad; i++) {
+                b = order[i]; n = (b in names) ? split(substr(tests[b], 2), ts, SUBSEP) : 0
+                for (j = 1; j <= n; j++)
+                    printf "%s:   in short: %s\n", me, ((b SUBSEP ts[j]) in short) ? short[b SUBSEP ts[j]] : ts[j] " (no panic message)"
             }
             printf "%s:   %d of %d test binaries failed\n", me, nbad, nbin
         }' "$LOG" >&2

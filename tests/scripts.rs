@@ -320,6 +320,14 @@ fn test_sh_runs_every_test_binary_and_names_the_failures() {
         !s.contains("pipeline"),
         "a passed binary in the summary:\n{s}"
     );
+    // each failed test in one line near the end, where CI's short tail still shows it
+    let lines: Vec<&str> = s.lines().collect();
+    let short = "in short: watch::backs_off (tests/api.rs:9:5): 42 LISTs, want at most 10";
+    let at = lines.iter().position(|l| l.ends_with(short));
+    assert!(
+        at.is_some_and(|i| i + 4 >= lines.len()),
+        "no {short:?} among the summary's last lines:\n{s}"
+    );
     // and the whole output is kept
     let log = std::fs::read_to_string(sb.path("target/test.log")).expect("target/test.log");
     assert!(log.contains("42 LISTs in 60 s"), "{log}");
