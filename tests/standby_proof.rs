@@ -10,6 +10,7 @@
 //! * A watch that ends at once, empty, backs off like the reflector's "very short watch".
 //! * A takeover waits for one consistent read of the Lease.
 //! * A restart of the acting reaplet resumes only with a takeover's proof.
+//! * A takeover writes its marker before it acts.
 
 mod common;
 
@@ -252,6 +253,92 @@ async fn a_lease_watch_that_never_delivers_falls_back_to_reads() {
     );
     api.clear_faults();
     stop(h, kubelet).await;
+}
+
+/// The takeover is remembered before it acts: reaplet writes its marker first, so that a
+/// crash right after the takeover resumes as the node's agent (issue 38, item 2) instead of
+/// waiting one more threshold. The marker's temporary file is a FIFO here, which holds the
+/// write until this test reads it, [`HELD`] after the write began. Before: the takeover's
+/// event came while the write was held (the role changed first, the marker after). After:
+/// the event only once the marker is in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_takeover_is_remembered_before_it_acts() {
+    const THRESHOLD: Duration = Duration::from_secs(3);
+    const POLL: Duration = Duration::from_millis(500);
+    /// Below the write's bound ([`reaplet::standby::marker::WRITE_LIMIT`]).
+    const HELD: Duration = Duration::from_millis(700);
+    let mut h = ApiHarness::new("sb-marker-first").await;
+    let api = h.api.handle();
+    let mut kubelet = StandIn::new(api.handle(), NODE, POLL);
+    kubelet.start().await;
+    let root = h.root.path().join("kubelet");
+    std::fs::create_dir_all(&root).unwrap();
+    let marker = reaplet::standby::marker::path_in(&root);
+    let fifo = marker.with_extension("json.tmp");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    spawn_standby(&mut h, &User::Admin, Some(kubelet.url()), THRESHOLD, POLL).await;
+    wait_lease_request(&api, Match::any().verb("list"), Duration::from_secs(30)).await;
+    let held = std::thread::spawn(move || hold_fifo_write(&fifo, HELD));
+    kubelet.stop().await;
+    let start = Instant::now();
+    let limit = THRESHOLD + 6 * POLL + Duration::from_secs(15);
+    let remembered = loop {
+        // the event first, then the marker: a marker written after the event is seen missing
+        let took_over = node_events(&api, "ReapletTookOver") > 0;
+        let remembered = marker.exists();
+        if took_over {
+            break remembered;
+        }
+        assert!(start.elapsed() < limit, "no takeover within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let took = start.elapsed();
+    // the held write let go before anything fails (the runtime waits for it as it ends)
+    let waited = tokio::task::spawn_blocking(move || held.join())
+        .await
+        .unwrap()
+        .expect("the FIFO's reader");
+    assert!(
+        remembered,
+        "took over {took:?} after the kubelet stopped, its marker not yet written (the write \
+         held {waited:?})"
+    );
+    println!("the marker's write held {waited:?}; the takeover {took:?} after the kubelet stopped");
+    stop(h, kubelet).await;
+}
+
+/// Waits (up to 2 minutes) until a thread of this process is blocked opening a FIFO for
+/// writing (`wait_for_partner`, in the kernel), then `held` more, then reads `fifo` to its
+/// end; returns how long the writer was held.
+fn hold_fifo_write(fifo: &std::path::Path, held: Duration) -> Duration {
+    let blocked = || {
+        std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("wchan"))
+                    .is_ok_and(|w| w.trim() == "wait_for_partner")
+            })
+    };
+    let start = Instant::now();
+    while !blocked() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "nothing opened {} for writing",
+            fifo.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let since = Instant::now();
+    std::thread::sleep(held);
+    let mut body = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::open(fifo).unwrap(), &mut body).unwrap();
+    since.elapsed()
 }
 
 /// A `403` on the Lease list from an API server that has just restarted (its RBAC not yet

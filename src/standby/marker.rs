@@ -9,7 +9,8 @@
 //!
 //! Invariants:
 //! * written (atomically: a temporary file renamed over it) when reaplet becomes active in
-//!   standby, removed when it becomes passive; nothing in primary mode;
+//!   standby, before the role changes (a crash right after a takeover finds it), removed once
+//!   it is passive again; nothing in primary mode;
 //! * it counts only in the boot that wrote it (a [`Stamp`] with the boot ID): after a reboot the
 //!   kubelet may simply not have renewed yet, and the ordinary start rule applies;
 //! * it keeps the Lease's `renewTime` reaplet last saw and when it saw it change, on
@@ -19,7 +20,8 @@
 //!   only on the takeover's own proof ([`super::start_mode`], [`super::proved`]); a kubelet that
 //!   came back meanwhile has renewed (another `renewTime`) or answers, and reaplet stays
 //!   passive;
-//! * read and written off the async runtime (tokio's blocking pool); a failure is logged and
+//! * read and written off the async runtime (tokio's blocking pool); a takeover waits for the
+//!   write at most [`WRITE_LIMIT`] (a hung disk never holds it back); a failure is logged and
 //!   costs only the faster resumption. A marker of an older version (a bare [`Stamp`]) carries
 //!   no Lease: its restart counts the start as a renewal.
 
@@ -90,10 +92,29 @@ pub fn carried_age(m: &Marker, renew_time: Option<&str>, now: &Stamp) -> Option<
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
+/// The longest a takeover waits for its marker to be written (a hung disk must not hold it
+/// back): past it, reaplet acts without the marker and says so.
+pub const WRITE_LIMIT: Duration = Duration::from_secs(1);
+
 /// Records the role: active (with what reaplet knows of the Lease) writes the marker, passive
-/// (`None`) removes it.
+/// (`None`) removes it. Waits at most [`WRITE_LIMIT`]; a write still under way then finishes
+/// on its own.
 pub async fn record(path: &Path, active: Option<LeaseSeen>) {
-    let r = match active {
+    match tokio::time::timeout(WRITE_LIMIT, write(path, active)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(path = %path.display(), err = %e, "standby marker not recorded")
+        }
+        Err(_) => tracing::warn!(
+            path = %path.display(),
+            limit = ?WRITE_LIMIT,
+            "standby marker not recorded in time; going on without it"
+        ),
+    }
+}
+
+async fn write(path: &Path, active: Option<LeaseSeen>) -> std::io::Result<()> {
+    match active {
         Some(seen) => {
             let now = Stamp::now();
             let ago = i64::try_from(seen.renewed_ago.as_millis()).unwrap_or(i64::MAX);
@@ -113,9 +134,6 @@ pub async fn record(path: &Path, active: Option<LeaseSeen>) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
         },
-    };
-    if let Err(e) = r {
-        tracing::warn!(path = %path.display(), err = %e, "standby marker not recorded");
     }
 }
 

@@ -479,6 +479,11 @@ pub async fn run(
                     n => format!(" on {n} probes in a row"),
                 }
             );
+            // a takeover is remembered before it acts: a crash right after it resumes as the
+            // node's agent (the marker) instead of waiting one more threshold
+            if let (Some(path), Role::Passive, Role::Active) = (&cfg.marker, last.role, d.role) {
+                marker::record(path, seen_if(d.role, &renewals)).await;
+            }
             // a change of role: the Node event's own log line is the one line
             match (last.role, d.role) {
                 (Role::Passive, Role::Active) => {
@@ -500,8 +505,9 @@ pub async fn run(
             }
             // after its line: the line comes before anything the new role does
             authority.set_active(d.role == Role::Active);
-            if let (Some(path), true) = (&cfg.marker, d.role != last.role) {
-                marker::record(path, seen_if(d.role, &renewals)).await;
+            // a hand-back forgets it once no kill may start any more
+            if let (Some(path), Role::Active, Role::Passive) = (&cfg.marker, last.role, d.role) {
+                marker::record(path, None).await;
             }
             last = d;
             state.send_replace(d);
