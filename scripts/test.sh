@@ -311,6 +311,7 @@ summarise() {
             a = at; sub(/:$/, "", a); short[pkey] = t " (" a ")"; headline = 1; next
         }
         more > 0 {
+            if (headline && $0 == "") next
             if ($0 ~ /^(note: |stack backtrace:|$)/) { more = 0; next }
             m = $0; if (length(m) > 300) m = substr(m, 1, 300) "..."
             if (headline) { h = m; if (length(h) > 160) h = substr(h, 1, 160) "..."; short[pkey] = short[pkey] ": " h; headline = 0 }
@@ -339,7 +340,7 @@ summarise() {
             for (i = 1; i <= nbad; i++) {
                 b = order[i]; n = (b in names) ? split(substr(tests[b], 2), ts, SUBSEP) : 0
                 for (j = 1; j <= n; j++)
-                    printf "%s:   in short: %s\n", me, ((b SUBSEP ts[j]) in short) ? short[b SUBSEP ts[j]] : ts[j] " (no panic message)"
+                    printf "%s:   in short: %s\n", me, ((b SUBSEP ts[j]) in short) ? short[b SUBSEP ts[j]] : ts[j] " (no panic on the test thread)"
             }
             printf "%s:   %d of %d test binaries failed\n", me, nbad, nbin
         }' "$LOG" >&2

@@ -302,7 +302,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
     assert!(pods.contains("default/measured"), "{pods}");
     // the DELETE's answer 2 s after the object is gone: the watch's DELETED event first, as
     // it came in 1 of 15 runs under load
-    api.inject(
+    let late = api.inject(
         FaultRule::slow_body(None, Duration::from_secs(2)).matching(
             Match::any()
                 .verb("delete")
@@ -343,6 +343,7 @@ async fn metrics_after_a_termination_have_the_sli_and_health_answers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    assert_eq!(api.fault_hits(late), 1, "the DELETE's answer was not held");
     assert!(
         text.contains("reaplet_runtime_operations_total{operation_type=\"StopContainer\"}"),
         "{text}"

@@ -451,8 +451,8 @@ async fn the_daemonset_stands_by_on_the_real_kubelet_takes_over_and_ends_itself_
     n.delete("rescued", None).await;
     let bound = TAKEOVER_AFTER + RENEWAL + Duration::from_secs(GRACE as u64) + SLACK;
     let took = n.wait_gone("rescued", stopped, bound).await;
-    // the takeover's line is written after the authority turns active (and after the marker
-    // is written): the pod may be gone before it; waited for, not read once (issue 44)
+    // the takeover's line is read from reaplet's log as it reaches it, which may be after the
+    // pod is gone: waited for, not read once (issue 44)
     wait_nth(&n, "ReapletTookOver", 1, SLACK).await;
     let took_over = occurrences(&n, "ReapletTookOver");
     println!("rescued: ended by reaplet {took:?} after the kubelet stopped (bound {bound:?})");

@@ -9,8 +9,9 @@
 //!
 //! Invariants:
 //! * written (atomically: a temporary file renamed over it) when reaplet becomes active in
-//!   standby, before the role changes (a crash right after a takeover finds it), removed once
-//!   it is passive again; nothing in primary mode;
+//!   standby: before a takeover's role change (a crash right after it finds it); at an active
+//!   start, just after the start's decision (no Lease seen then: it carries no `renewTime`);
+//!   removed once it is passive again; nothing in primary mode;
 //! * it counts only in the boot that wrote it (a [`Stamp`] with the boot ID): after a reboot the
 //!   kubelet may simply not have renewed yet, and the ordinary start rule applies;
 //! * it keeps the Lease's `renewTime` reaplet last saw and when it saw it change, on
@@ -20,9 +21,9 @@
 //!   only on the takeover's own proof ([`super::start_mode`], [`super::proved`]); a kubelet that
 //!   came back meanwhile has renewed (another `renewTime`) or answers, and reaplet stays
 //!   passive;
-//! * read and written off the async runtime (tokio's blocking pool); a takeover waits for the
-//!   write at most [`WRITE_LIMIT`] (a hung disk never holds it back); a failure is logged and
-//!   costs only the faster resumption. A marker of an older version (a bare [`Stamp`]) carries
+//! * read and written off the async runtime (tokio's blocking pool), one write or removal at
+//!   a time; a takeover waits for the write at most [`WRITE_LIMIT`] (a hung disk never holds
+//!   it back); a failure is logged and costs only the faster resumption. A marker of an older version (a bare [`Stamp`]) carries
 //!   no Lease: its restart counts the start as a renewal.
 
 use crate::deadline::Stamp;
@@ -96,41 +97,50 @@ pub fn carried_age(m: &Marker, renew_time: Option<&str>, now: &Stamp) -> Option<
 /// back): past it, reaplet acts without the marker and says so.
 pub const WRITE_LIMIT: Duration = Duration::from_secs(1);
 
+/// Marker writes and removals run one at a time: one that outlived its caller's wait finishes
+/// before the next starts, so two never share the temporary file. Held only off the async
+/// runtime, inside one blocking task.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Records the role: active (with what reaplet knows of the Lease) writes the marker, passive
-/// (`None`) removes it. Waits at most [`WRITE_LIMIT`]; a write still under way then finishes
-/// on its own.
+/// (`None`) removes it. Waits at most [`WRITE_LIMIT`]; an operation still under way then
+/// finishes on its own (the write and its rename are one blocking task).
 pub async fn record(path: &Path, active: Option<LeaseSeen>) {
-    match tokio::time::timeout(WRITE_LIMIT, write(path, active)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(path = %path.display(), err = %e, "standby marker not recorded")
-        }
-        Err(_) => tracing::warn!(
-            path = %path.display(),
-            limit = ?WRITE_LIMIT,
-            "standby marker not recorded in time; going on without it"
-        ),
-    }
+    let op = if active.is_some() { "write" } else { "remove" };
+    let body = active.map(|seen| {
+        let now = Stamp::now();
+        let ago = i64::try_from(seen.renewed_ago.as_millis()).unwrap_or(i64::MAX);
+        let m = Marker {
+            renewed: Some(now.plus_ms(-ago)),
+            renew_time: seen.renew_time,
+            written: now,
+        };
+        serde_json::to_vec(&m).unwrap_or_default()
+    });
+    let target = path.to_owned();
+    let job = tokio::task::spawn_blocking(move || {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        apply(&target, body.as_deref())
+    });
+    let err = match tokio::time::timeout(WRITE_LIMIT, job).await {
+        Ok(Ok(Ok(()))) => return,
+        Ok(Ok(Err(e))) => e.to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("not done in {WRITE_LIMIT:?}; going on, it finishes on its own"),
+    };
+    tracing::warn!(path = %path.display(), op, err = %err, "standby marker not recorded");
 }
 
-async fn write(path: &Path, active: Option<LeaseSeen>) -> std::io::Result<()> {
-    match active {
-        Some(seen) => {
-            let now = Stamp::now();
-            let ago = i64::try_from(seen.renewed_ago.as_millis()).unwrap_or(i64::MAX);
-            let m = Marker {
-                renewed: Some(now.plus_ms(-ago)),
-                renew_time: seen.renew_time,
-                written: now,
-            };
+/// Writes `body` as the marker (atomically: a temporary file renamed over it), or removes the
+/// marker (`None`; already gone is done).
+fn apply(path: &Path, body: Option<&[u8]>) -> std::io::Result<()> {
+    match body {
+        Some(body) => {
             let tmp = path.with_extension("json.tmp");
-            let body = serde_json::to_vec(&m).unwrap_or_default();
-            match tokio::fs::write(&tmp, body).await {
-                Ok(()) => tokio::fs::rename(&tmp, path).await,
-                Err(e) => Err(e),
-            }
+            std::fs::write(&tmp, body)?;
+            std::fs::rename(&tmp, path)
         }
-        None => match tokio::fs::remove_file(path).await {
+        None => match std::fs::remove_file(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
         },
