@@ -314,7 +314,10 @@ summarise() {
             if (headline && $0 == "") next
             if ($0 ~ /^(note: |stack backtrace:|$)/) { more = 0; next }
             m = $0; if (length(m) > 300) m = substr(m, 1, 300) "..."
-            if (headline) { h = m; if (length(h) > 160) h = substr(h, 1, 160) "..."; short[pkey] = short[pkey] ": " h; headline = 0 }
+            if (headline) {
+                h = m; if (length(h) > 160) h = substr(h, 1, 160) "..."
+                short[pkey] = short[pkey] ": " h; headline = 0
+            }
             why[pkey] = why[pkey] "\n" me ":             " m; more--; next
         }
         END {
@@ -339,8 +342,10 @@ summarise() {
             # in short, last: each failed test with where and why, in the few lines CI shows
             for (i = 1; i <= nbad; i++) {
                 b = order[i]; n = (b in names) ? split(substr(tests[b], 2), ts, SUBSEP) : 0
-                for (j = 1; j <= n; j++)
-                    printf "%s:   in short: %s\n", me, ((b SUBSEP ts[j]) in short) ? short[b SUBSEP ts[j]] : ts[j] " (no panic on the test thread)"
+                for (j = 1; j <= n; j++) {
+                    k = b SUBSEP ts[j]
+                    printf "%s:   in short: %s\n", me, (k in short) ? short[k] : ts[j] " (no panic on the test thread)"
+                }
             }
             printf "%s:   %d of %d test binaries failed\n", me, nbad, nbin
         }' "$LOG" >&2

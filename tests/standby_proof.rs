@@ -259,9 +259,9 @@ async fn a_lease_watch_that_never_delivers_falls_back_to_reads() {
 /// crash right after the takeover resumes as the node's agent (issue 38, item 2) instead of
 /// waiting one more threshold. The marker's temporary file is a FIFO here, which holds the
 /// write until this test reads it, [`HELD`] after the write began (the FIFO then renamed to
-/// the marker's name is harmless: nothing reads the marker after the start). Before: the takeover's
-/// event came while the write was held (the role changed first, the marker after). After:
-/// the event only once the marker is in place.
+/// the marker's name is harmless: nothing reads the marker after the start). Before: the
+/// takeover's event came while the write was held (the role changed first, the marker after).
+/// After: the event only once the marker is in place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_takeover_is_remembered_before_it_acts() {
     const THRESHOLD: Duration = Duration::from_secs(3);

@@ -23,8 +23,8 @@
 //!   passive;
 //! * read and written off the async runtime (tokio's blocking pool), one write or removal at
 //!   a time; a takeover waits for the write at most [`WRITE_LIMIT`] (a hung disk never holds
-//!   it back); a failure is logged and costs only the faster resumption. A marker of an older version (a bare [`Stamp`]) carries
-//!   no Lease: its restart counts the start as a renewal.
+//!   it back); a failure is logged and costs only the faster resumption. A marker of an older
+//!   version (a bare [`Stamp`]) carries no Lease: its restart counts the start as a renewal.
 
 use crate::deadline::Stamp;
 use std::path::{Path, PathBuf};
