@@ -66,15 +66,11 @@ async fn memory_pressure_evicts_the_same_pods_with_the_same_status_as_the_kubele
     ] {
         compare(&format!("{case}, from the crossing"), k, r);
     }
-    // the hard threshold's grace: 1 s, raised to the runtime's 2 s floor for both, never the
-    // pod's own 30 s. Bounded above by a third of that, not by the kubelet's figure: the exit
-    // comes once the kernel has freed the hog's 900 MB after the SIGKILL, which takes what the
-    // machine's load makes it (as the PID test's 4000 processes did: 4.32 s once, 2.1 s usual)
+    // the hard threshold's grace: 1 s, raised to the runtime's 2 s floor for both
     let (r_grace, k_grace) = (r_ignore.grace.unwrap(), k_ignore.grace.unwrap());
-    let pod_grace = 30.0;
     assert!(
-        r_grace >= 1.8 && r_grace < pod_grace / 3.0,
-        "reaplet's grace {r_grace:.2} s, the kubelet's {k_grace:.2} s: not the 2 s floor"
+        r_grace >= 1.8 && r_grace < k_grace + 1.5,
+        "reaplet's grace {r_grace:.2} s, the kubelet's {k_grace:.2} s"
     );
     threshold_met_events(&n, "memory").await;
     untouched(&n, &ids[..2], quiet_since).await;
